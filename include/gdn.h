@@ -1,0 +1,266 @@
+/*
+ * gdn.h - libgdn public C API: Gated Delta Net (GDN) and Kimi Delta Attention (KDA) kernels.
+ *
+ * The math is the recurrence of GDN_MATH.md (shipped as docs/GDN_MATH.md): for each sequence and
+ * value head j (key head i = j / (HV / H)), with state S (K x V, f32 in registers):
+ *
+ *     q_t, k_t <- l2norm(q_t), l2norm(k_t)        only if use_qk_l2norm
+ *     S   <- exp(g_t) * S                         GDN: one scalar; KDA: row r times exp(g_t[r])
+ *     u   <- beta_t * (v_t - S^T k_t)
+ *     S   <- S + k_t u^T
+ *     o_t <- S^T (scale * q_t)
+ *
+ * Conventions
+ *   - Tensors are described by gdn_tensor: a data pointer, dtype, device, rank, shape and strides
+ *     in elements. Strides may be anything non-negative (q/k/v sliced from a fused projection);
+ *     a path that needs contiguity reports GDN_ERR_UNSUPPORTED instead of computing garbage.
+ *   - An "absent" tensor has data == NULL; every argument documented as "may be absent" can be
+ *     left zero-initialised. Zero-initialise every args struct ({0}) and fill what you use.
+ *   - Token-major layout: q, k [B, T, H, K]; v, o [B, T, HV, V]. Varlen: B = 1 and cu_seqlens
+ *     [N + 1] int32 marks N packed sequences.
+ *   - State layouts: GDN_STATE_KV = [N, HV, K, V] (FLA default), GDN_STATE_VK = [N, HV, V, K]
+ *     (K contiguous; vLLM / SGLang / FlashInfer state pools, FLA's state_v_first=True).
+ *   - All tensors of one call live on one device. CPU tensors run on the CPU backend, CUDA
+ *     tensors on the CUDA backend (on `stream`, a cudaStream_t, NULL for the legacy stream).
+ *   - Every call validates all arguments on the host before any work. On error nothing is
+ *     written, the status says what kind of error, and gdn_last_error() names the argument and
+ *     the reason. CUDA calls never allocate, synchronise or read device memory from the host,
+ *     so they can be captured in CUDA graphs; scratch memory comes from a caller workspace
+ *     sized by the matching *_workspace_size() query.
+ *
+ * Build: cmake -S . -B build && cmake --build build   (CUDA backend when nvcc is found)
+ */
+#ifndef GDN_H
+#define GDN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GDN_VERSION_MAJOR 0
+#define GDN_VERSION_MINOR 1
+#define GDN_VERSION_PATCH 0
+#define GDN_VERSION_NUMBER (GDN_VERSION_MAJOR * 10000 + GDN_VERSION_MINOR * 100 + GDN_VERSION_PATCH)
+
+#if defined(_WIN32)
+#  if defined(GDN_BUILDING_LIBRARY)
+#    define GDN_API __declspec(dllexport)
+#  else
+#    define GDN_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define GDN_API __attribute__((visibility("default")))
+#else
+#  define GDN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Version, status, errors                                                                     */
+
+/* GDN_VERSION_NUMBER of the library actually linked. */
+GDN_API int gdn_version_number(void);
+/* "MAJOR.MINOR.PATCH" */
+GDN_API const char *gdn_version_string(void);
+
+typedef enum gdn_status {
+    GDN_OK = 0,
+    GDN_ERR_INVALID_ARGUMENT = 1, /* a bad pointer, dtype, shape, stride, index or option */
+    GDN_ERR_UNSUPPORTED = 2,      /* valid, but this backend does not handle it (head dim ...) */
+    GDN_ERR_NOT_IMPLEMENTED = 3,  /* the op has no implementation on this backend yet */
+    GDN_ERR_NO_BACKEND = 4,       /* CUDA tensors given, but the library was built without CUDA */
+    GDN_ERR_WORKSPACE = 5,        /* workspace absent or smaller than *_workspace_size() says */
+    GDN_ERR_CUDA = 6,             /* a CUDA runtime error (message in gdn_last_error) */
+    GDN_ERR_OUT_OF_MEMORY = 7,    /* host allocation failed (CPU backend scratch) */
+    GDN_ERR_INTERNAL = 8
+} gdn_status;
+
+/* Static string naming a status ("GDN_ERR_INVALID_ARGUMENT: invalid argument"). */
+GDN_API const char *gdn_status_string(gdn_status status);
+/* Thread-local message of the last failed call on this thread ("" if none), for example
+ * "cu_seqlens[3] = 70 < cu_seqlens[2] = 80". Valid until the next call on this thread. */
+GDN_API const char *gdn_last_error(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensors                                                                                     */
+
+typedef enum gdn_dtype {
+    GDN_DTYPE_F32 = 0,
+    GDN_DTYPE_BF16 = 1,
+    GDN_DTYPE_F16 = 2,
+    GDN_DTYPE_I32 = 3, /* indices and cu_seqlens */
+    GDN_DTYPE_F64 = 4  /* CPU backend only: the float64 oracle path */
+} gdn_dtype;
+
+typedef enum gdn_device_type { GDN_DEVICE_CPU = 0, GDN_DEVICE_CUDA = 1 } gdn_device_type;
+
+#define GDN_MAX_RANK 4
+
+typedef struct gdn_tensor {
+    void *data;                     /* NULL: the tensor is absent */
+    gdn_dtype dtype;
+    gdn_device_type device;
+    int device_ordinal;             /* CUDA device index; 0 for CPU */
+    int rank;                       /* 1 .. GDN_MAX_RANK */
+    int64_t shape[GDN_MAX_RANK];
+    int64_t stride[GDN_MAX_RANK];   /* in elements, >= 0 */
+} gdn_tensor;
+
+/* A contiguous (row-major) tensor descriptor; shape has `rank` entries. */
+GDN_API gdn_tensor gdn_tensor_make(void *data, gdn_dtype dtype, gdn_device_type device, int device_ordinal,
+                                   int rank, const int64_t *shape);
+/* Size in bytes of one element of dtype (0 for an unknown dtype). */
+GDN_API size_t gdn_dtype_size(gdn_dtype dtype);
+
+typedef enum gdn_state_layout {
+    GDN_STATE_KV = 0, /* [.., HV, K, V]: V contiguous (FLA default) */
+    GDN_STATE_VK = 1  /* [.., HV, V, K]: K contiguous (serving state pools) */
+} gdn_state_layout;
+
+typedef enum gdn_gate_kind {
+    GDN_GATE_GDN = 0, /* one log decay per token and value head: g [B, T, HV] */
+    GDN_GATE_KDA = 1  /* one log decay per key channel:          g [B, T, HV, K] */
+} gdn_gate_kind;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Gates: how g and beta reach a kernel (shared by every op)                                   */
+
+typedef struct gdn_gate_params {
+    gdn_gate_kind kind;
+
+    /* Either precomputed log decays g (f32, <= 0), or raw a with A_log (and dt_bias), from which
+     * the kernel computes
+     *   GDN:  g = -exp(A_log[j]) * softplus(a + dt_bias[j])
+     *   KDA:  g[r] = -exp(A_log[j]) * softplus(a[r] + dt_bias[j, r])
+     *         or, with lower_bound L < 0, g[r] = L * sigmoid(exp(A_log[j]) * (a[r] + dt_bias[j, r]))
+     * Exactly one of g and a is present. */
+    gdn_tensor g;         /* GDN [B, T, HV], KDA [B, T, HV, K]; f32 */
+    gdn_tensor a;         /* same shape as g; f32 / bf16 / f16 */
+    gdn_tensor A_log;     /* [HV] f32; required with a */
+    gdn_tensor dt_bias;   /* GDN [HV], KDA [HV, K]; f32; may be absent (zero bias) */
+    float lower_bound;    /* KDA only: 0 = off; else -5 <= L < 0 (FLA's safe gate) */
+    /* softplus(x) = x if beta_sp * x > threshold, else log(1 + exp(beta_sp * x)) / beta_sp.
+     * 0 selects the defaults beta_sp = 1, threshold = 20 (vLLM). */
+    float softplus_beta;
+    float softplus_threshold;
+
+    /* beta [B, T, HV] f32 / bf16 / f16: the write strength, or, with beta_from_logits, raw b from
+     * which beta = sigmoid(b) (times 2 with allow_neg_eigval) is computed in-kernel. Required. */
+    gdn_tensor beta;
+    int beta_from_logits;
+    int allow_neg_eigval;
+} gdn_gate_params;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Gating op: raw a, b -> g (f32) and beta                                                     */
+
+typedef struct gdn_gating_args {
+    gdn_gate_kind kind;
+    gdn_tensor a;           /* GDN [B, T, HV], KDA [B, T, HV, K]; f32 / bf16 / f16 */
+    gdn_tensor A_log;       /* [HV] f32 */
+    gdn_tensor dt_bias;     /* GDN [HV], KDA [HV, K]; f32; may be absent */
+    float lower_bound;      /* KDA only, as in gdn_gate_params */
+    float softplus_beta;    /* 0 -> 1 */
+    float softplus_threshold; /* 0 -> 20 */
+    gdn_tensor g_out;       /* same shape as a; f32 */
+
+    gdn_tensor b;           /* [B, T, HV]; may be absent (then beta_out must be absent) */
+    int allow_neg_eigval;   /* beta = 2 * sigmoid(b) */
+    gdn_tensor beta_out;    /* [B, T, HV]; f32 / bf16 / f16 */
+
+    void *stream;           /* cudaStream_t for CUDA tensors */
+} gdn_gating_args;
+
+GDN_API gdn_status gdn_gating(const gdn_gating_args *args);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Chunked forward (prefill)                                                                   */
+
+typedef struct gdn_chunk_fwd_args {
+    gdn_tensor q;            /* [B, T, H, K]  f32 / bf16 / f16 */
+    gdn_tensor k;            /* [B, T, H, K]  same dtype as q */
+    gdn_tensor v;            /* [B, T, HV, V] same dtype as q; HV % H == 0 */
+    gdn_gate_params gate;    /* g or raw a, and beta */
+    float scale;             /* 0 selects K^-0.5 */
+    int use_qk_l2norm;       /* l2-normalise q and k per token and head in-kernel */
+
+    gdn_tensor cu_seqlens;   /* [N + 1] int32; may be absent (then N = B, each of length T) */
+
+    /* States, layout state_layout, dtype f32 or bf16 (both the same dtype when both present). */
+    gdn_state_layout state_layout;
+    gdn_tensor initial_state; /* [N, HV, K, V] (KV) or [N, HV, V, K] (VK); may be absent (zeros) */
+    gdn_tensor final_state;   /* same shape; may be absent; may alias initial_state exactly */
+
+    gdn_tensor o;            /* [B, T, HV, V] same dtype as q; must not overlap any input */
+
+    void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes; CPU: ignored */
+    size_t workspace_bytes;
+    void *stream;            /* cudaStream_t for CUDA tensors */
+} gdn_chunk_fwd_args;
+
+/* Bytes of workspace gdn_chunk_fwd needs for these arguments (data pointers may be NULL). */
+GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes);
+GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Recurrent forward (decode, multi-token verify), with an optional state pool                  */
+
+typedef struct gdn_recurrent_fwd_args {
+    gdn_tensor q;            /* [B, T, H, K]  f32 / bf16 / f16 */
+    gdn_tensor k;            /* [B, T, H, K] */
+    gdn_tensor v;            /* [B, T, HV, V] */
+    gdn_gate_params gate;
+    float scale;             /* 0 selects K^-0.5 */
+    int use_qk_l2norm;
+    gdn_tensor cu_seqlens;   /* [N + 1] int32; may be absent (then N = B, each of length T) */
+
+    gdn_state_layout state_layout;
+    /* Initial states: without state_indices, state is [N, HV, K, V] (KV) / [N, HV, V, K] (VK)
+     * and sequence n starts from state[n]. With state_indices, state is a pool [P, HV, ...]
+     * (the slot stride may be padded) and sequence n starts from slot
+     *     state_indices[n, num_accepted_tokens[n] - 1]   (num_accepted_tokens present, 2-D indices)
+     *     state_indices[n, 0] / state_indices[n]         (otherwise).
+     * May be absent (zeros) only when state_indices is absent. f32 or bf16. */
+    gdn_tensor state;
+    gdn_tensor state_indices;       /* [N] or [N, T_max] int32; may be absent */
+    gdn_tensor num_accepted_tokens; /* [N] int32; needs 2-D state_indices; may be absent */
+    /* Write states back into the pool in place (needs state_indices):
+     *   1-D indices: the final state goes to the start slot;
+     *   2-D indices: the state after token t of sequence n goes to slot state_indices[n, t]
+     *                for t < length(n); a negative slot skips only that write. */
+    int inplace_state;
+    /* Slot handling: a start slot < 0 (or <= 0 with null_slot_zero, vLLM's null block) or a
+     * num_accepted_tokens[n] outside [1, T_max] skips sequence n: nothing is read, nothing is
+     * written to the pool, and its outputs (o, final_state, step_states) are zeroed. */
+    int null_slot_zero;
+
+    gdn_tensor final_state;  /* [N, HV, K, V] / [N, HV, V, K]; may be absent; same dtype as state */
+    gdn_tensor step_states;  /* [B * T, HV, K, V] / [B * T, HV, V, K]: the state after every token
+                              * (token-major, row = packed token index); may be absent */
+
+    gdn_tensor o;            /* [B, T, HV, V] same dtype as q */
+
+    void *workspace;         /* gdn_recurrent_fwd_workspace_size() bytes (0 today) */
+    size_t workspace_bytes;
+    void *stream;
+} gdn_recurrent_fwd_args;
+
+GDN_API gdn_status gdn_recurrent_fwd_workspace_size(const gdn_recurrent_fwd_args *args, size_t *bytes);
+GDN_API gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backends and threads                                                                        */
+
+/* 1 if the library was built with the CUDA backend, else 0. */
+GDN_API int gdn_has_cuda(void);
+/* Threads the CPU backend uses (default: online processors, or $GDN_NUM_THREADS). n <= 0 resets. */
+GDN_API void gdn_set_num_threads(int n);
+GDN_API int gdn_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GDN_H */

@@ -1,0 +1,1 @@
+/* cpu_chunk.c: placeholder until the CPU backend lands */

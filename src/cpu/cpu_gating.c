@@ -1,0 +1,1 @@
+/* cpu_gating.c: placeholder until the CPU backend lands */

@@ -1,0 +1,1 @@
+/* cpu_recurrent.c: placeholder until the CPU backend lands */

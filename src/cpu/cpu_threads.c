@@ -1,0 +1,1 @@
+/* cpu_threads.c: placeholder until the CPU backend lands */

@@ -1,0 +1,31 @@
+/*
+ * cuda_common.cuh - shared helpers for the CUDA backend: dtype loads/stores, launch checks.
+ */
+#ifndef GDN_CUDA_COMMON_CUH
+#define GDN_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "problem.h"
+
+/* Report a failed launch or runtime call as GDN_ERR_CUDA with the runtime's message. */
+static inline gdn_status gdn_cuda_check(cudaError_t err, const char *what)
+{
+    if (err == cudaSuccess)
+        return GDN_OK;
+    return gdn_set_error(GDN_ERR_CUDA, "%s: %s", what, cudaGetErrorString(err));
+}
+
+template <typename T> __device__ __forceinline__ float gdn_to_f32(T x);
+template <> __device__ __forceinline__ float gdn_to_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ float gdn_to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float gdn_to_f32<__half>(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T gdn_from_f32(float x);
+template <> __device__ __forceinline__ float gdn_from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 gdn_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half gdn_from_f32<__half>(float x) { return __float2half_rn(x); }
+
+#endif /* GDN_CUDA_COMMON_CUH */

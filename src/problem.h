@@ -1,0 +1,123 @@
+/*
+ * problem.h - the validated, resolved form of an op's arguments, shared by all backends.
+ *
+ * src/api.c checks every gdn_*_args field on the host, then fills one of these structs: sizes as
+ * int64, every tensor reduced to (pointer, dtype, strides in elements) with its dimensions in a
+ * fixed order, layouts resolved into K / V strides, defaults applied. Backends read only this,
+ * never the public args, and may assume everything documented here holds.
+ * Compiled as C and as CUDA C++.
+ */
+#ifndef GDN_PROBLEM_H
+#define GDN_PROBLEM_H
+
+#include "gdn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor reduced to what a kernel needs. data == NULL: absent. */
+typedef struct gdn_view {
+    void *data;
+    gdn_dtype dtype;
+    int64_t s[4]; /* strides in elements, in the dimension order documented at each use */
+} gdn_view;
+
+/* Chunk and recurrent forward. */
+typedef struct gdn_problem {
+    gdn_device_type device;
+    int device_ordinal;
+    void *stream;               /* cudaStream_t */
+
+    int64_t B, T, H, HV, K, V;  /* as in the header; G = HV / H */
+    int64_t G;
+    int64_t N;                  /* number of sequences: B, or cu_seqlens length - 1 */
+    /* [N + 1] on the op's device, or NULL: sequence n is batch row n, tokens [0, T).
+     * With cu_seqlens, B == 1 and sequence n is tokens [cu[n], cu[n+1]) of row 0.
+     * On the host the values are validated (monotone, 0 .. T); on CUDA they are not readable
+     * by the host, so kernels clamp them into [0, T] themselves. */
+    const int32_t *cu_seqlens;
+
+    gdn_view q, k;              /* s = {b, t, h, d}; dtype f32 / bf16 / f16 (f64 on CPU) */
+    gdn_view v, o;              /* s = {b, t, hv, d}; same dtype as q */
+
+    /* Gates. Exactly one of g and a is present. */
+    gdn_gate_kind gate_kind;
+    gdn_view g;                 /* f32; s = {b, t, hv, r} (r: key channel, KDA only) */
+    gdn_view a;                 /* raw; s = {b, t, hv, r}; f32 / bf16 / f16 */
+    const float *A_log;         /* [HV] contiguous; present iff a is */
+    gdn_view dt_bias;           /* f32; s = {hv, r}; may be absent */
+    float lower_bound;          /* KDA: 0 = off */
+    float softplus_beta;        /* defaults applied: 1 */
+    float softplus_threshold;   /* defaults applied: 20 */
+    gdn_view beta;              /* s = {b, t, hv}; f32 / bf16 / f16 (f64 on CPU) */
+    int beta_from_logits;
+    int allow_neg_eigval;
+
+    float scale;                /* resolved: K^-0.5 when the caller passed 0 */
+    int use_qk_l2norm;
+
+    /* States. Strides are given per index meaning, whatever the layout:
+     * s = {slot or sequence, hv, k, v}. KV layout has s[3] == 1 when contiguous, VK s[2] == 1. */
+    gdn_state_layout state_layout;
+    gdn_dtype state_dtype;      /* f32 or bf16 (f64 on CPU); the dtype of every state below */
+    gdn_view state_in;          /* chunk: initial_state [N, ...]; recurrent: state or pool; may be absent */
+    int64_t num_slots;          /* recurrent with indices: pool size P; else N */
+    gdn_view final_state;       /* [N, ...]; may be absent; may alias state_in */
+    gdn_view step_states;       /* recurrent: [B*T, ...], row = packed token index; may be absent */
+
+    /* Recurrent only. */
+    const int32_t *state_indices; /* [N] or [N, T_max]; may be NULL */
+    int64_t idx_stride_n, idx_stride_t;
+    int64_t idx_cols;           /* T_max (1 for 1-D indices) */
+    const int32_t *num_accepted_tokens; /* [N] stride 1; may be NULL */
+    int inplace_state;
+    int null_slot_zero;
+
+    void *workspace;
+    size_t workspace_bytes;
+} gdn_problem;
+
+/* Gating op. */
+typedef struct gdn_gating_problem {
+    gdn_device_type device;
+    int device_ordinal;
+    void *stream;
+    int64_t B, T, HV, K;        /* K = 1 for GDN */
+    gdn_gate_kind kind;
+    gdn_view a;                 /* s = {b, t, hv, r} */
+    const float *A_log;         /* [HV] contiguous */
+    gdn_view dt_bias;           /* s = {hv, r}; may be absent */
+    float lower_bound, softplus_beta, softplus_threshold;
+    gdn_view g_out;             /* f32, s = {b, t, hv, r} */
+    gdn_view b;                 /* s = {b, t, hv}; may be absent */
+    int allow_neg_eigval;
+    gdn_view beta_out;          /* s = {b, t, hv} */
+} gdn_gating_problem;
+
+/* Error reporting (src/api.c). Sets the thread-local message and returns status. */
+gdn_status gdn_set_error(gdn_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* CPU backend (src/cpu/). */
+gdn_status gdn_cpu_gating(const gdn_gating_problem *p);
+gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
+gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
+
+/* CUDA backend (src/cuda/), present when GDN_WITH_CUDA is defined. */
+#ifdef GDN_WITH_CUDA
+gdn_status gdn_cuda_gating(const gdn_gating_problem *p);
+size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p);
+gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
+size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
+gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GDN_PROBLEM_H */
