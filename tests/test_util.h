@@ -1,0 +1,154 @@
+/*
+ * test_util.h - the small harness every libgdn C test links (CPU tests and tests/test_cuda_*.c).
+ *
+ *   - seeded random numbers (splitmix64 seeding a xorshift64*): uniform and normal fills
+ *   - bf16 / f16 conversion with round-to-nearest-even, "round an f32 array through a dtype",
+ *     typed element get/set so one buffer can hold f32, bf16, f16, f64 or i32
+ *   - gdn_tensor descriptors for host buffers (contiguous or with explicit strides)
+ *   - poison fills (NaN bit patterns) and byte-exact "was this buffer touched" checks
+ *   - relative RMS error ||out - ref|| / ||ref|| with NaN/Inf detection and the worst element
+ *   - a tiny runner: each test returns TU_PASS / TU_FAIL / TU_SKIP and gets one output line with
+ *     its name and worst relative error; the last line is exactly "N passed, N failed"
+ *
+ * A test records each comparison with tu_check(); the runner prints the one with the largest
+ * error-to-tolerance ratio. Arguments to a test binary are substrings that select tests by name.
+ */
+#ifndef GDN_TEST_UTIL_H
+#define GDN_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gdn.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random numbers                                                                              */
+
+typedef struct tu_rng {
+    uint64_t s;
+} tu_rng;
+
+/* Seeds through splitmix64, so nearby seeds give unrelated streams. */
+tu_rng tu_rng_make(uint64_t seed);
+uint64_t tu_rng_u64(tu_rng *r);
+/* Uniform in [0, 1). */
+double tu_rng_uniform(tu_rng *r);
+/* Standard normal (Box-Muller). */
+double tu_rng_normal(tu_rng *r);
+/* Uniform integer in [lo, hi]. */
+int64_t tu_rng_int(tu_rng *r, int64_t lo, int64_t hi);
+
+void tu_fill_uniform(float *x, size_t n, tu_rng *r, float lo, float hi);
+void tu_fill_normal(float *x, size_t n, tu_rng *r, float mean, float std);
+/* log(sigmoid(randn)): realistic GDN log decays, all < 0. */
+void tu_fill_logsigmoid_normal(float *x, size_t n, tu_rng *r);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Floating-point formats                                                                      */
+
+uint16_t tu_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
+float tu_bf16_to_f32(uint16_t h);
+uint16_t tu_f32_to_f16(float x);  /* round to nearest even; overflow to Inf; subnormals kept */
+float tu_f16_to_f32(uint16_t h);
+
+/* x rounded to the nearest value representable in dtype (identity for f32 / f64). */
+float tu_round(gdn_dtype dtype, float x);
+/* Rounds every element of x in place through dtype. */
+void tu_round_array(float *x, size_t n, gdn_dtype dtype);
+
+/* Element i of a contiguous buffer of dtype, as double (i32 converted too). */
+double tu_get(const void *p, gdn_dtype dtype, size_t i);
+/* Stores x into element i (rounding to nearest even for bf16 / f16). */
+void tu_set(void *p, gdn_dtype dtype, size_t i, double x);
+/* dst[i] = src[i] converted to dtype, for n elements. */
+void tu_store_f32(void *dst, gdn_dtype dtype, const float *src, size_t n);
+/* dst[i] = (double)src[i] read as dtype. */
+void tu_load_f64(double *dst, const void *src, gdn_dtype dtype, size_t n);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host buffers and tensor descriptors                                                         */
+
+/* malloc that aborts the test program on failure (tests have nothing useful to do without it). */
+void *tu_alloc(size_t bytes);
+/* n elements of dtype, zeroed. */
+void *tu_alloc_elems(gdn_dtype dtype, size_t n);
+
+/* Contiguous host tensor of `rank` dims; TU_TENSOR(data, dtype, d0, d1, ...) counts them. */
+gdn_tensor tu_tensor(void *data, gdn_dtype dtype, int rank, const int64_t *shape);
+gdn_tensor tu_tensor_strided(void *data, gdn_dtype dtype, int rank, const int64_t *shape,
+                             const int64_t *stride);
+#define TU_TENSOR(data, dtype, ...)                                                               \
+    tu_tensor((data), (dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),          \
+              (int64_t[]){__VA_ARGS__})
+
+/* Product of the shape. */
+size_t tu_numel(const gdn_tensor *t);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Poison                                                                                      */
+
+/* Fills n elements with a NaN bit pattern (f32 0x7fc00bad, bf16 0x7fc0, f16 0x7e00, f64 quiet
+ * NaN), or 0x7fc00bad for i32, so that any element an op forgets to write shows up. */
+void tu_poison(void *p, gdn_dtype dtype, size_t n);
+/* Count of elements still holding the exact poison pattern. */
+size_t tu_count_poison(const void *p, gdn_dtype dtype, size_t n);
+
+/* Owned copy of `bytes` bytes; with tu_same_bytes, checks that an op on error wrote nothing. */
+void *tu_snapshot(const void *p, size_t bytes);
+/* 1 if the first `bytes` bytes are identical. */
+int tu_same_bytes(const void *a, const void *b, size_t bytes);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                      */
+
+typedef struct tu_err {
+    double rel;          /* ||out - ref|| / ||ref||; ||out - ref|| when ref is all zeros */
+    double max_abs;      /* largest |out - ref| over finite pairs */
+    size_t worst;        /* index of the largest |out - ref| (or of the first bad element) */
+    double worst_out, worst_ref;
+    size_t nonfinite;    /* elements where out and ref disagree on being finite (always a failure) */
+    size_t n;
+} tu_err;
+
+/* Compares n contiguous elements of out (any float dtype) with ref (any float dtype). */
+tu_err tu_compare(const void *out, gdn_dtype out_dtype, const void *ref, gdn_dtype ref_dtype, size_t n);
+
+/* Records one comparison into the running test: passes when err.nonfinite == 0 and
+ * err.rel <= tol; on failure prints what, the error, and the worst element. Returns 1 if ok. */
+int tu_check(const char *what, tu_err err, double tol);
+/* Records a plain condition; on failure prints what (printf-style). Returns cond != 0. */
+int tu_expect(int cond, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Runner                                                                                      */
+
+enum { TU_PASS = 0, TU_FAIL = 1, TU_SKIP = 2 };
+
+typedef int (*tu_test_fn)(void);
+typedef struct tu_test {
+    const char *name;
+    tu_test_fn fn;
+} tu_test;
+
+/* Runs the tests whose name contains any argv[1..] substring (all without arguments). A test
+ * fails if it returns TU_FAIL or if any tu_check / tu_expect inside it failed. Prints one line per
+ * test, then "N passed, N failed" (skips count as passed and are listed before that line).
+ * Returns the process exit code: 0 when nothing failed. */
+int tu_main(const tu_test *tests, int count, int argc, char **argv);
+#define TU_COUNT(arr) ((int)(sizeof(arr) / sizeof((arr)[0])))
+
+/* Set by a test to explain a TU_SKIP (printed on its line). */
+void tu_skip_reason(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
+int tu_cuda_device_count(void);
+
+#endif /* GDN_TEST_UTIL_H */
