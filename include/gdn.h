@@ -200,7 +200,8 @@ typedef struct gdn_chunk_fwd_args {
     void *stream;            /* cudaStream_t for CUDA tensors */
 } gdn_chunk_fwd_args;
 
-/* Bytes of workspace gdn_chunk_fwd needs for these arguments (data pointers may be NULL). */
+/* Bytes of workspace gdn_chunk_fwd needs for these arguments (validated as by the call itself;
+ * the workspace fields are ignored). */
 GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes);
 GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
 
