@@ -472,3 +472,371 @@ int tu_cuda_device_count(void)
     return 0;
 #endif
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A random problem and its oracle                                                             */
+
+double tu_softplus(double x, double beta, double threshold)
+{
+    if (beta == 0)
+        beta = 1;
+    if (threshold == 0)
+        threshold = 20;
+    if (beta * x > threshold)
+        return x;
+    return log1p(exp(beta * x)) / beta;
+}
+
+double tu_gate_value(gdn_gate_kind kind, double a, double A_log, double dt_bias, double lower_bound,
+                     double sp_beta, double sp_threshold)
+{
+    if (kind == GDN_GATE_KDA && lower_bound != 0)
+        return lower_bound / (1 + exp(-exp(A_log) * (a + dt_bias)));
+    return -exp(A_log) * tu_softplus(a + dt_bias, sp_beta, sp_threshold);
+}
+
+double tu_beta_value(double b, int allow_neg_eigval)
+{
+    double s = 1 / (1 + exp(-b));
+    return allow_neg_eigval ? 2 * s : s;
+}
+
+void tu_case_seq(const tu_case *c, int64_t n, int64_t *start, int64_t *end)
+{
+    if (c->cu) {
+        *start = c->cu[n];
+        *end = c->cu[n + 1];
+    } else {
+        *start = n * c->c.T;
+        *end = (n + 1) * c->c.T;
+    }
+}
+
+/* Draws n values, rounds them through dtype, stores them in dtype and in double. */
+static void draw_normal(tu_rng *r, size_t n, float std, gdn_dtype dtype, void **out, double **out64)
+{
+    float *x = tu_alloc(n * sizeof(float));
+    tu_fill_normal(x, n, r, 0.0f, std);
+    tu_round_array(x, n, dtype);
+    *out = tu_alloc_elems(dtype, n);
+    tu_store_f32(*out, dtype, x, n);
+    *out64 = tu_alloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        (*out64)[i] = x[i];
+    free(x);
+}
+
+void tu_case_init(tu_case *c, const tu_case_config *cfg)
+{
+    memset(c, 0, sizeof *c);
+    c->c = *cfg;
+    tu_case_config *k = &c->c;
+    if (k->nseq > 0) {
+        k->B = 1;
+        c->N = k->nseq;
+        c->cu = tu_alloc((size_t)(k->nseq + 1) * sizeof(int32_t));
+        c->cu[0] = 0;
+        for (int n = 0; n < k->nseq; n++)
+            c->cu[n + 1] = c->cu[n] + k->seqlens[n];
+        k->T = c->cu[k->nseq];
+    } else {
+        c->N = k->B;
+    }
+    tu_rng rng = tu_rng_make(k->seed);
+    int kda = k->kind == GDN_GATE_KDA;
+    size_t ntok = (size_t)(k->B * k->T);
+    size_t nqk = ntok * (size_t)(k->H * k->K), nv = ntok * (size_t)(k->HV * k->V);
+    c->gate_numel = (int64_t)ntok * k->HV * (kda ? k->K : 1);
+    c->state_numel = c->N * k->HV * k->K * k->V;
+
+    draw_normal(&rng, nqk, 1.0f, k->dtype, &c->q, &c->q64);
+    {
+        /* without in-kernel l2norm the caller normalises k (an unnormalised delta rule with
+         * ||k||^2 ~ K diverges); round after normalising, as a model would */
+        float *x = tu_alloc(nqk * sizeof(float));
+        tu_fill_normal(x, nqk, &rng, 0.0f, 1.0f);
+        if (!k->l2norm) {
+            for (size_t i = 0; i < nqk; i += (size_t)k->K) {
+                double ss = 0;
+                for (int64_t d = 0; d < k->K; d++)
+                    ss += (double)x[i + d] * x[i + d];
+                for (int64_t d = 0; d < k->K; d++)
+                    x[i + d] = (float)(x[i + d] / sqrt(ss));
+            }
+        }
+        tu_round_array(x, nqk, k->dtype);
+        c->k = tu_alloc_elems(k->dtype, nqk);
+        tu_store_f32(c->k, k->dtype, x, nqk);
+        c->k64 = tu_alloc(nqk * sizeof(double));
+        for (size_t i = 0; i < nqk; i++)
+            c->k64[i] = x[i];
+        free(x);
+    }
+    draw_normal(&rng, nv, 1.0f, k->dtype, &c->v, &c->v64);
+
+    size_t ng = (size_t)c->gate_numel, nb = ntok * (size_t)k->HV;
+    c->g = tu_alloc(ng * sizeof(float));
+    c->g64 = tu_alloc(ng * sizeof(double));
+    c->a = tu_alloc(ng * sizeof(float));
+    c->A_log = tu_alloc((size_t)k->HV * sizeof(float));
+    size_t ndt = (size_t)(k->HV * (kda ? k->K : 1));
+    c->dt_bias = tu_alloc(ndt * sizeof(float));
+    if (k->raw_gates) {
+        /* A = exp(A_log) in [0.5, 4], softplus(a + dt_bias) ~ 0.35: about logsigmoid(randn)'s strength */
+        tu_fill_normal(c->a, ng, &rng, 0.0f, 1.0f);
+        for (int64_t j = 0; j < k->HV; j++)
+            c->A_log[j] = (float)log(0.5 + 3.5 * tu_rng_uniform(&rng));
+        tu_fill_normal(c->dt_bias, ndt, &rng, -1.0f, 0.5f);
+        for (size_t i = 0; i < ng; i++) {
+            size_t tok_head = kda ? i / (size_t)k->K : i;
+            size_t j = tok_head % (size_t)k->HV;
+            size_t dt_i = kda ? j * (size_t)k->K + i % (size_t)k->K : j;
+            c->g64[i] = tu_gate_value(k->kind, c->a[i], c->A_log[j], c->dt_bias[dt_i], k->lower_bound, 0, 0);
+            c->g[i] = (float)c->g64[i];
+        }
+    } else {
+        tu_fill_logsigmoid_normal(c->g, ng, &rng);
+        for (size_t i = 0; i < ng; i++)
+            c->g64[i] = c->g[i];
+    }
+
+    {
+        float *x = tu_alloc(nb * sizeof(float));
+        tu_fill_normal(x, nb, &rng, 0.0f, 1.0f);
+        if (!k->raw_gates)
+            for (size_t i = 0; i < nb; i++)
+                x[i] = (float)(1 / (1 + exp(-(double)x[i])));
+        tu_round_array(x, nb, k->beta_dtype);
+        c->beta = tu_alloc_elems(k->beta_dtype, nb);
+        tu_store_f32(c->beta, k->beta_dtype, x, nb);
+        c->beta64 = tu_alloc(nb * sizeof(double));
+        for (size_t i = 0; i < nb; i++)
+            c->beta64[i] = k->raw_gates ? tu_beta_value(x[i], k->allow_neg_eigval) : x[i];
+        free(x);
+    }
+
+    size_t ns = (size_t)c->state_numel;
+    if (k->initial_state)
+        draw_normal(&rng, ns, 0.5f, k->state_dtype, &c->h0, &c->h064);
+    c->o = tu_alloc_elems(k->dtype, nv);
+    c->ht = tu_alloc_elems(k->state_dtype, ns);
+    c->o_ref = tu_alloc(nv * sizeof(double));
+    c->ht_ref = tu_alloc(ns * sizeof(double));
+    tu_case_poison(c);
+    tu_poison(c->o_ref, GDN_DTYPE_F64, nv);
+    tu_poison(c->ht_ref, GDN_DTYPE_F64, ns);
+}
+
+void tu_case_free(tu_case *c)
+{
+    void *bufs[] = {c->cu, c->q, c->k, c->v, c->q64, c->k64, c->v64, c->g, c->a, c->A_log, c->dt_bias,
+                    c->beta, c->g64, c->beta64, c->h0, c->h064, c->o, c->ht, c->o_ref, c->ht_ref};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    memset(c, 0, sizeof *c);
+}
+
+void tu_case_poison(tu_case *c)
+{
+    tu_poison(c->o, c->c.dtype, (size_t)(c->c.B * c->c.T * c->c.HV * c->c.V));
+    tu_poison(c->ht, c->c.state_dtype, (size_t)c->state_numel);
+}
+
+gdn_tensor tu_case_qk(const tu_case *c, void *data, gdn_dtype dtype)
+{
+    return TU_TENSOR(data, dtype, c->c.B, c->c.T, c->c.H, c->c.K);
+}
+
+gdn_tensor tu_case_vo(const tu_case *c, void *data, gdn_dtype dtype)
+{
+    return TU_TENSOR(data, dtype, c->c.B, c->c.T, c->c.HV, c->c.V);
+}
+
+gdn_tensor tu_case_state(const tu_case *c, void *data, gdn_dtype dtype, int64_t rows)
+{
+    if (c->c.layout == GDN_STATE_VK)
+        return TU_TENSOR(data, dtype, rows, c->c.HV, c->c.V, c->c.K);
+    return TU_TENSOR(data, dtype, rows, c->c.HV, c->c.K, c->c.V);
+}
+
+gdn_tensor tu_case_gate(const tu_case *c, void *data, gdn_dtype dtype)
+{
+    if (c->c.kind == GDN_GATE_KDA)
+        return TU_TENSOR(data, dtype, c->c.B, c->c.T, c->c.HV, c->c.K);
+    return TU_TENSOR(data, dtype, c->c.B, c->c.T, c->c.HV);
+}
+
+gdn_tensor tu_case_beta(const tu_case *c, void *data, gdn_dtype dtype)
+{
+    return TU_TENSOR(data, dtype, c->c.B, c->c.T, c->c.HV);
+}
+
+gdn_gate_params tu_case_gate_params(const tu_case *c)
+{
+    gdn_gate_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.kind = c->c.kind;
+    gp.beta = tu_case_beta(c, c->beta, c->c.beta_dtype);
+    if (c->c.raw_gates) {
+        gp.a = tu_case_gate(c, c->a, GDN_DTYPE_F32);
+        gp.A_log = TU_TENSOR(c->A_log, GDN_DTYPE_F32, c->c.HV);
+        if (c->c.kind == GDN_GATE_KDA)
+            gp.dt_bias = TU_TENSOR(c->dt_bias, GDN_DTYPE_F32, c->c.HV, c->c.K);
+        else
+            gp.dt_bias = TU_TENSOR(c->dt_bias, GDN_DTYPE_F32, c->c.HV);
+        gp.lower_bound = c->c.lower_bound;
+        gp.beta_from_logits = 1;
+        gp.allow_neg_eigval = c->c.allow_neg_eigval;
+    } else {
+        gp.g = tu_case_gate(c, c->g, GDN_DTYPE_F32);
+    }
+    return gp;
+}
+
+static gdn_tensor case_cu(const tu_case *c)
+{
+    gdn_tensor t;
+    memset(&t, 0, sizeof t);
+    if (c->cu)
+        t = TU_TENSOR(c->cu, GDN_DTYPE_I32, c->N + 1);
+    return t;
+}
+
+gdn_chunk_fwd_args tu_case_chunk_args(const tu_case *c)
+{
+    gdn_chunk_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = tu_case_qk(c, c->q, c->c.dtype);
+    a.k = tu_case_qk(c, c->k, c->c.dtype);
+    a.v = tu_case_vo(c, c->v, c->c.dtype);
+    a.o = tu_case_vo(c, c->o, c->c.dtype);
+    a.gate = tu_case_gate_params(c);
+    a.scale = c->c.scale;
+    a.use_qk_l2norm = c->c.l2norm;
+    a.cu_seqlens = case_cu(c);
+    a.state_layout = c->c.layout;
+    if (c->h0)
+        a.initial_state = tu_case_state(c, c->h0, c->c.state_dtype, c->N);
+    a.final_state = tu_case_state(c, c->ht, c->c.state_dtype, c->N);
+    return a;
+}
+
+gdn_recurrent_fwd_args tu_case_recurrent_args(const tu_case *c)
+{
+    gdn_recurrent_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = tu_case_qk(c, c->q, c->c.dtype);
+    a.k = tu_case_qk(c, c->k, c->c.dtype);
+    a.v = tu_case_vo(c, c->v, c->c.dtype);
+    a.o = tu_case_vo(c, c->o, c->c.dtype);
+    a.gate = tu_case_gate_params(c);
+    a.scale = c->c.scale;
+    a.use_qk_l2norm = c->c.l2norm;
+    a.cu_seqlens = case_cu(c);
+    a.state_layout = c->c.layout;
+    if (c->h0)
+        a.state = tu_case_state(c, c->h0, c->c.state_dtype, c->N);
+    a.final_state = tu_case_state(c, c->ht, c->c.state_dtype, c->N);
+    return a;
+}
+
+gdn_status tu_case_reference(tu_case *c)
+{
+    const gdn_dtype f64 = GDN_DTYPE_F64;
+    gdn_recurrent_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = tu_case_qk(c, c->q64, f64);
+    a.k = tu_case_qk(c, c->k64, f64);
+    a.v = tu_case_vo(c, c->v64, f64);
+    a.o = tu_case_vo(c, c->o_ref, f64);
+    a.gate.kind = c->c.kind;
+    a.gate.g = tu_case_gate(c, c->g64, f64);
+    a.gate.beta = tu_case_beta(c, c->beta64, f64);
+    a.scale = c->c.scale;
+    a.use_qk_l2norm = c->c.l2norm;
+    a.cu_seqlens = case_cu(c);
+    a.state_layout = c->c.layout;
+    if (c->h064)
+        a.state = tu_case_state(c, c->h064, f64, c->N);
+    a.final_state = tu_case_state(c, c->ht_ref, f64, c->N);
+    gdn_status st = gdn_recurrent_fwd(&a);
+    if (st != GDN_OK)
+        printf("    oracle failed: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+    return st;
+}
+
+/* Offset of state element (row, head j, key r, value c) in the case's layout. */
+static size_t state_at(const tu_case *c, int64_t row, int64_t j, int64_t r, int64_t col)
+{
+    const tu_case_config *k = &c->c;
+    if (k->layout == GDN_STATE_VK)
+        return (size_t)(((row * k->HV + j) * k->V + col) * k->K + r);
+    return (size_t)(((row * k->HV + j) * k->K + r) * k->V + col);
+}
+
+void tu_case_naive(const tu_case *c, double *o, double *ht, double *steps)
+{
+    const tu_case_config *k = &c->c;
+    int64_t K = k->K, V = k->V, G = k->HV / k->H;
+    double scale = k->scale != 0 ? k->scale : 1 / sqrt((double)K);
+    double *S = tu_alloc((size_t)(K * V) * sizeof(double));
+    double *qn = tu_alloc((size_t)K * sizeof(double)), *kn = tu_alloc((size_t)K * sizeof(double));
+    double *u = tu_alloc((size_t)V * sizeof(double));
+    for (int64_t n = 0; n < c->N; n++) {
+        int64_t t0, t1;
+        tu_case_seq(c, n, &t0, &t1);
+        for (int64_t j = 0; j < k->HV; j++) {
+            int64_t i = j / G;
+            for (int64_t r = 0; r < K; r++)
+                for (int64_t col = 0; col < V; col++)
+                    S[r * V + col] = c->h064 ? c->h064[state_at(c, n, j, r, col)] : 0.0;
+            for (int64_t p = t0; p < t1; p++) {
+                const double *qp = c->q64 + (p * k->H + i) * K, *kp = c->k64 + (p * k->H + i) * K;
+                const double *vp = c->v64 + (p * k->HV + j) * V;
+                double sq = 0, sk = 0;
+                for (int64_t r = 0; r < K; r++) {
+                    sq += qp[r] * qp[r];
+                    sk += kp[r] * kp[r];
+                }
+                double nq = k->l2norm ? 1 / sqrt(sq + 1e-6) : 1, nk = k->l2norm ? 1 / sqrt(sk + 1e-6) : 1;
+                for (int64_t r = 0; r < K; r++) {
+                    qn[r] = qp[r] * nq * scale;
+                    kn[r] = kp[r] * nk;
+                }
+                for (int64_t r = 0; r < K; r++) {
+                    double gr = k->kind == GDN_GATE_KDA ? c->g64[(p * k->HV + j) * K + r] : c->g64[p * k->HV + j];
+                    double d = exp(gr);
+                    for (int64_t col = 0; col < V; col++)
+                        S[r * V + col] *= d;
+                }
+                double b = c->beta64[p * k->HV + j];
+                for (int64_t col = 0; col < V; col++) {
+                    double kS = 0;
+                    for (int64_t r = 0; r < K; r++)
+                        kS += kn[r] * S[r * V + col];
+                    u[col] = b * (vp[col] - kS);
+                }
+                for (int64_t r = 0; r < K; r++)
+                    for (int64_t col = 0; col < V; col++)
+                        S[r * V + col] += kn[r] * u[col];
+                for (int64_t col = 0; col < V; col++) {
+                    double acc = 0;
+                    for (int64_t r = 0; r < K; r++)
+                        acc += qn[r] * S[r * V + col];
+                    o[(p * k->HV + j) * V + col] = acc;
+                }
+                if (steps)
+                    for (int64_t r = 0; r < K; r++)
+                        for (int64_t col = 0; col < V; col++)
+                            steps[state_at(c, p, j, r, col)] = S[r * V + col];
+            }
+            for (int64_t r = 0; r < K; r++)
+                for (int64_t col = 0; col < V; col++)
+                    ht[state_at(c, n, j, r, col)] = S[r * V + col];
+        }
+    }
+    free(S);
+    free(qn);
+    free(kn);
+    free(u);
+}

@@ -151,4 +151,77 @@ void tu_skip_reason(const char *fmt, ...)
 /* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
 int tu_cuda_device_count(void);
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* A random GDN / KDA problem on the host, its float64 oracle, and args builders                */
+
+#define TU_MAX_SEQS 16
+
+typedef struct tu_case_config {
+    int64_t B, T, H, HV, K, V;   /* with nseq > 0, B is 1 and T the sum of seqlens (filled in) */
+    int nseq;                    /* > 0: varlen with cu_seqlens built from seqlens */
+    int32_t seqlens[TU_MAX_SEQS];
+    gdn_dtype dtype;             /* q, k, v, o */
+    gdn_dtype beta_dtype;        /* beta (and raw b) */
+    gdn_dtype state_dtype;       /* initial and final states: f32 or bf16 */
+    gdn_state_layout layout;
+    gdn_gate_kind kind;
+    int initial_state;           /* draw an initial state (else absent: zeros) */
+    int l2norm;                  /* use_qk_l2norm; when off, k is drawn already unit-norm */
+    int raw_gates;               /* pass raw a + A_log + dt_bias and beta logits b */
+    float lower_bound;           /* KDA raw gates only */
+    int allow_neg_eigval;        /* raw gates only */
+    float scale;                 /* 0: K^-0.5 */
+    uint64_t seed;
+} tu_case_config;
+
+/* All buffers contiguous. Inputs exist in their call dtype and as float64 copies of the very same
+ * (already rounded) values; the oracle's gates g64 / beta64 are the closed forms in double of the
+ * raw inputs when raw_gates is set. */
+typedef struct tu_case {
+    tu_case_config c;
+    int64_t N;                   /* sequences */
+    int64_t gate_numel;          /* B*T*HV (GDN) or B*T*HV*K (KDA) */
+    int64_t state_numel;         /* N*HV*K*V */
+    int32_t *cu;                 /* [N + 1] or NULL */
+    void *q, *k, *v;             /* dtype */
+    double *q64, *k64, *v64;
+    float *g;                    /* precomputed log decays, f32 */
+    float *a, *A_log, *dt_bias;  /* raw gates: a like g, A_log [HV], dt_bias [HV] or [HV, K] */
+    void *beta;                  /* beta_dtype: beta in [0, 1], or logits b with raw_gates */
+    double *g64, *beta64;        /* what the oracle uses */
+    void *h0;                    /* state_dtype [N, HV, K, V] / [N, HV, V, K], or NULL */
+    double *h064;
+    void *o, *ht;                /* outputs of the op under test (dtype / state_dtype) */
+    double *o_ref, *ht_ref;      /* oracle outputs */
+} tu_case;
+
+void tu_case_init(tu_case *c, const tu_case_config *cfg);
+void tu_case_free(tu_case *c);
+/* Poisons c->o and c->ht. */
+void tu_case_poison(tu_case *c);
+/* Descriptors of the case's tensors (contiguous, CPU). */
+gdn_tensor tu_case_qk(const tu_case *c, void *data, gdn_dtype dtype);  /* [B, T, H, K] */
+gdn_tensor tu_case_vo(const tu_case *c, void *data, gdn_dtype dtype);  /* [B, T, HV, V] */
+gdn_tensor tu_case_state(const tu_case *c, void *data, gdn_dtype dtype, int64_t rows);
+gdn_tensor tu_case_gate(const tu_case *c, void *data, gdn_dtype dtype); /* [B, T, HV(, K)] */
+gdn_tensor tu_case_beta(const tu_case *c, void *data, gdn_dtype dtype); /* [B, T, HV] */
+/* Gate params as configured (raw or precomputed), reading the case's buffers. */
+gdn_gate_params tu_case_gate_params(const tu_case *c);
+/* Args for the op under test: inputs, initial state (if any), outputs c->o and c->ht. */
+gdn_chunk_fwd_args tu_case_chunk_args(const tu_case *c);
+gdn_recurrent_fwd_args tu_case_recurrent_args(const tu_case *c);
+/* Runs the float64 oracle (gdn_recurrent_fwd on f64 CPU tensors) into o_ref / ht_ref. */
+gdn_status tu_case_reference(tu_case *c);
+/* The recurrence of GDN_MATH.md written out naively in double, independent of the library:
+ * o [B*T*HV*V], ht [N*HV*K*V] in the case's state layout, steps (may be NULL) [B*T, HV, ..]. */
+void tu_case_naive(const tu_case *c, double *o, double *ht, double *steps);
+/* Sequence n's token range [*start, *end) in packed (b*T + t) numbering. */
+void tu_case_seq(const tu_case *c, int64_t n, int64_t *start, int64_t *end);
+/* Closed forms in double: softplus with beta / threshold (0 -> 1 / 20), GDN / KDA gate, beta. */
+double tu_softplus(double x, double beta, double threshold);
+double tu_gate_value(gdn_gate_kind kind, double a, double A_log, double dt_bias, double lower_bound,
+                     double sp_beta, double sp_threshold);
+double tu_beta_value(double b, int allow_neg_eigval);
+
 #endif /* GDN_TEST_UTIL_H */
