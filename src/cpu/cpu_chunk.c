@@ -1,1 +1,359 @@
-/* cpu_chunk.c: placeholder until the CPU backend lands */
+/*
+ * cpu_chunk.c - the chunked forward (prefill) of GDN_MATH.md on the CPU, in f32.
+ *
+ * One work item per (sequence n, value head j), run on the thread pool; each walks its sequence
+ * in chunks of C = 64 tokens, keeping the state S (K x V, f32) in per-thread scratch. Per chunk,
+ * with Gam the in-chunk cumulative log decay (summed in double; GDN one scalar per token, KDA
+ * one per key channel):
+ *
+ *     A    = strictly lower, A[i][j] = beta_i * sum_r k_i[r] k_j[r] exp(Gam_i[r] - Gam_j[r])
+ *     P    = lower incl.,    P[i][j] =          sum_r q_i[r] k_j[r] exp(Gam_i[r] - Gam_j[r])
+ *     W    = (I + A)^-1 (beta exp(Gam) K),   U = (I + A)^-1 (beta V)     forward substitution
+ *     Vnew = U - W S
+ *     O    = (exp(Gam) Q) S + P Vnew          (q carries the scale)
+ *     S   <- exp(Gam_C) S + (exp(Gam_C - Gam) K)^T Vnew
+ *
+ * GDN: the decays factor out of the sums, so [P; A] comes from one product [Q; K] K^T and is then
+ * scaled by exp(gam_i - gam_j) (i >= j, never positive). KDA: the decay sits inside the sum; for
+ * each j the vector k_j[r] exp(Gam_i[r] - Gam_j[r]) is carried down the rows i > j by multiplying
+ * with exp(g_i[r]), so no exponential of a positive number is ever formed and the relative error
+ * of each factor grows only with the number of tokens between i and j (at most 63 roundings).
+ *
+ * Every chunk is computed at full size: the last chunk is zero padded (zero q, k, v and beta,
+ * g = 0), and head dims are padded to multiples of 16 with zeros, so the matrix products need
+ * no edge cases. They are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
+ *
+ * f64 problems (the oracle) go to the recurrent reference, which is exact in double.
+ */
+#include <stdlib.h>
+
+#include "cpu_common.h"
+
+#define CHUNK 64
+#define PAD 16 /* head dims are padded to multiples of this */
+#define MR 4   /* matmul tile: MR rows x NR columns of accumulators */
+#define NR 16
+
+/* C[M][N] (+)= alpha * A[M][L] B[L][N], row-major with leading dims; M % MR == 0, N % NR == 0. */
+static void matmul(int64_t M, int64_t N, int64_t L, float alpha, const float *restrict A, int64_t lda,
+                   const float *restrict B, int64_t ldb, float *restrict Cm, int64_t ldc, int accumulate)
+{
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        for (int64_t j0 = 0; j0 < N; j0 += NR) {
+            float acc[MR][NR] = {{0}};
+            for (int64_t l = 0; l < L; l++) {
+                const float *b = B + l * ldb + j0;
+                for (int r = 0; r < MR; r++) {
+                    const float a = A[(i0 + r) * lda + l];
+                    for (int u = 0; u < NR; u++)
+                        acc[r][u] += a * b[u];
+                }
+            }
+            for (int r = 0; r < MR; r++) {
+                float *c = Cm + (i0 + r) * ldc + j0;
+                for (int u = 0; u < NR; u++)
+                    c[u] = (accumulate ? c[u] : 0.0f) + alpha * acc[r][u];
+            }
+        }
+    }
+}
+
+/* dst[c][r] = src[r][c] for a rows x cols block. */
+static void transpose(int64_t rows, int64_t cols, const float *restrict src, int64_t lds, float *restrict dst,
+                      int64_t ldd)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* KDA: kd <- kd * e, then returns sum(x * kd) in *sx and sum(y * kd) in *sy. n % 8 == 0.
+ * Eight partial sums per dot product, so the loop vectorizes without reassociating floats. */
+static void decay_dot2(int64_t n, float *restrict kd, const float *restrict e, const float *restrict x,
+                       const float *restrict y, float *sx, float *sy)
+{
+    float ax[8] = {0}, ay[8] = {0};
+    for (int64_t r = 0; r < n; r += 8) {
+        for (int u = 0; u < 8; u++) {
+            const float d = kd[r + u] * e[r + u];
+            kd[r + u] = d;
+            ax[u] += x[r + u] * d;
+            ay[u] += y[r + u] * d;
+        }
+    }
+    *sx = ((ax[0] + ax[1]) + (ax[2] + ax[3])) + ((ax[4] + ax[5]) + (ax[6] + ax[7]));
+    *sy = ((ay[0] + ay[1]) + (ay[2] + ay[3])) + ((ay[4] + ay[5]) + (ay[6] + ay[7]));
+}
+
+static float dot8(int64_t n, const float *restrict x, const float *restrict y)
+{
+    float a[8] = {0};
+    for (int64_t r = 0; r < n; r += 8)
+        for (int u = 0; u < 8; u++)
+            a[u] += x[r + u] * y[r + u];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Per-thread scratch, carved from one block. Kp, Vp: padded head dims. */
+typedef struct chunk_buf {
+    double *gam;  /* [C][Kp] KDA, [C] GDN: in-chunk cumulative log decay */
+    float *QK;    /* [2C][Kp]: rows 0..C-1 q (scaled, normalised), rows C..2C-1 k */
+    float *Kt;    /* [Kp][C]: k transposed; later exp(Gam_C - Gam) k transposed */
+    float *V;     /* [C][Vp]: v, then U = beta v solved, then Vnew */
+    float *QW;    /* [2C][Kp]: rows 0..C-1 exp(Gam) q, rows C..2C-1 W */
+    float *Y;     /* [2C][Vp]: rows 0..C-1 O, rows C..2C-1 W S */
+    float *PA;    /* [2C][C]:  rows 0..C-1 P, rows C..2C-1 A */
+    float *S;     /* [Kp][Vp] state */
+    float *eg;    /* [C][Kp] KDA: exp(g) per token and channel */
+    float *kd;    /* [Kp] KDA: the decayed k_j carried down the rows */
+    float *beta;  /* [C] */
+    double *row;  /* [Kp] one token's q, k, v or g as double */
+} chunk_buf;
+
+static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp)
+{
+    const int64_t C = CHUNK;
+    int64_t doubles = C * Kp + Kp + (Vp > Kp ? Vp : Kp);
+    int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + Kp + C;
+    size_t bytes = (size_t)doubles * sizeof(double) + (size_t)floats * sizeof(float);
+    return (bytes + 63) / 64 * 64; /* keeps every thread's block 64-byte aligned */
+}
+
+static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
+{
+    const int64_t C = CHUNK;
+    chunk_buf w;
+    double *d = (double *)base;
+    w.gam = d;
+    d += C * Kp;
+    w.row = d;
+    d += (Vp > Kp ? Vp : Kp) + Kp;
+    float *f = (float *)d;
+    w.QK = f; f += 2 * C * Kp;
+    w.Kt = f; f += Kp * C;
+    w.V = f; f += C * Vp;
+    w.QW = f; f += 2 * C * Kp;
+    w.Y = f; f += 2 * C * Vp;
+    w.PA = f; f += 2 * C * C;
+    w.S = f; f += Kp * Vp;
+    w.eg = f; f += C * Kp;
+    w.kd = f; f += Kp;
+    w.beta = f;
+    return w;
+}
+
+typedef struct chunk_ctx {
+    const gdn_problem *p;
+    unsigned char *scratch;
+    size_t per_thread;
+    int64_t Kp, Vp;
+} chunk_ctx;
+
+/* Loads q or k of one token as f32 into out[0..Kp), l2-normalised if asked, times mul; the
+ * norm is taken in double. Padding columns are zero. */
+static void load_qk_row(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h, double mul,
+                        double *tmp, float *out, int64_t Kp)
+{
+    double ss = 0.0;
+    for (int64_t r = 0; r < p->K; r++) {
+        tmp[r] = gdn_ld(x->data, x->dtype, gdn_tok_off(x, b, t, h, r));
+        ss += tmp[r] * tmp[r];
+    }
+    if (p->use_qk_l2norm)
+        mul /= sqrt(ss + 1e-6);
+    for (int64_t r = 0; r < p->K; r++)
+        out[r] = (float)(tmp[r] * mul);
+    for (int64_t r = p->K; r < Kp; r++)
+        out[r] = 0.0f;
+}
+
+/* Fills q, k, v, beta and the cumulative gates of the chunk of c tokens starting at token t0,
+ * zero padding rows c..C-1 (with g = 0 there, so Gam stays flat past the last token). */
+static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int64_t Vp, int64_t b, int64_t t0,
+                       int64_t c, int64_t hv)
+{
+    const int64_t C = CHUNK, h = hv / p->G;
+    const int kda = p->gate_kind == GDN_GATE_KDA;
+    const int64_t ng = kda ? Kp : 1;
+    double *g = w->row;
+    for (int64_t i = 0; i < C; i++) {
+        float *q = w->QK + i * Kp, *k = w->QK + (C + i) * Kp, *v = w->V + i * Vp;
+        double *gam = w->gam + i * ng;
+        const double *prev = i > 0 ? gam - ng : NULL;
+        if (i < c) {
+            const int64_t t = t0 + i;
+            load_qk_row(p, &p->q, b, t, h, p->scale, w->row, q, Kp);
+            load_qk_row(p, &p->k, b, t, h, 1.0, w->row, k, Kp);
+            for (int64_t j = 0; j < p->V; j++)
+                v[j] = (float)gdn_ld(p->v.data, p->v.dtype, gdn_tok_off(&p->v, b, t, hv, j));
+            for (int64_t j = p->V; j < Vp; j++)
+                v[j] = 0.0f;
+            w->beta[i] = (float)gdn_load_beta(p, b, t, hv, 0);
+            gdn_load_gate(p, b, t, hv, 0, g);
+            for (int64_t r = (kda ? p->K : 1); r < ng; r++)
+                g[r] = 0.0;
+        } else {
+            memset(q, 0, (size_t)Kp * sizeof *q);
+            memset(k, 0, (size_t)Kp * sizeof *k);
+            memset(v, 0, (size_t)Vp * sizeof *v);
+            w->beta[i] = 0.0f;
+            for (int64_t r = 0; r < ng; r++)
+                g[r] = 0.0;
+        }
+        for (int64_t r = 0; r < ng; r++)
+            gam[r] = (prev ? prev[r] : 0.0) + g[r];
+        if (kda)
+            for (int64_t r = 0; r < Kp; r++)
+                w->eg[i * Kp + r] = expf((float)g[r]);
+    }
+}
+
+/* [P; A] for GDN: one product [Q; K] K^T, then decays exp(gam_i - gam_j) and beta. */
+static void gdn_pa(const chunk_buf *w, int64_t Kp)
+{
+    const int64_t C = CHUNK;
+    transpose(C, Kp, w->QK + C * Kp, Kp, w->Kt, C);
+    matmul(2 * C, C, Kp, 1.0f, w->QK, Kp, w->Kt, C, w->PA, C, 0);
+    float *P = w->PA, *A = w->PA + C * C;
+    for (int64_t i = 0; i < C; i++) {
+        for (int64_t j = 0; j < C; j++) {
+            if (j > i) {
+                P[i * C + j] = 0.0f;
+                A[i * C + j] = 0.0f;
+                continue;
+            }
+            const float d = expf((float)(w->gam[i] - w->gam[j]));
+            P[i * C + j] *= d;
+            A[i * C + j] = j < i ? A[i * C + j] * w->beta[i] * d : 0.0f;
+        }
+    }
+}
+
+/* [P; A] for KDA, the decay inside the sums (see the file comment). Rows past c stay zero. */
+static void kda_pa(const chunk_buf *w, int64_t Kp, int64_t c)
+{
+    const int64_t C = CHUNK;
+    const float *Q = w->QK, *K = w->QK + C * Kp;
+    float *P = w->PA, *A = w->PA + C * C;
+    memset(w->PA, 0, (size_t)(2 * C * C) * sizeof(float));
+    for (int64_t j = 0; j < c; j++) {
+        memcpy(w->kd, K + j * Kp, (size_t)Kp * sizeof(float));
+        P[j * C + j] = dot8(Kp, Q + j * Kp, w->kd);
+        for (int64_t i = j + 1; i < c; i++) {
+            float sk, sq;
+            decay_dot2(Kp, w->kd, w->eg + i * Kp, K + i * Kp, Q + i * Kp, &sk, &sq);
+            A[i * C + j] = w->beta[i] * sk;
+            P[i * C + j] = sq;
+        }
+    }
+}
+
+static void chunk_item(void *ctxp, int64_t item, int thread)
+{
+    const chunk_ctx *ctx = (const chunk_ctx *)ctxp;
+    const gdn_problem *p = ctx->p;
+    const int64_t C = CHUNK, Kp = ctx->Kp, Vp = ctx->Vp, K = p->K, V = p->V;
+    const int64_t n = item / p->HV, hv = item % p->HV;
+    const int kda = p->gate_kind == GDN_GATE_KDA;
+    const chunk_buf w = chunk_buf_carve(ctx->scratch + (size_t)thread * ctx->per_thread, Kp, Vp);
+    int64_t b, bos, len;
+    gdn_seq_bounds(p, n, &b, &bos, &len);
+
+    memset(w.S, 0, (size_t)(Kp * Vp) * sizeof(float));
+    if (p->state_in.data)
+        for (int64_t r = 0; r < K; r++)
+            for (int64_t c = 0; c < V; c++)
+                w.S[r * Vp + c] = (float)gdn_ld(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, n, hv, r, c));
+
+    for (int64_t t0 = 0; t0 < len; t0 += C) {
+        const int64_t c = len - t0 < C ? len - t0 : C;
+        load_chunk(p, &w, Kp, Vp, b, bos + t0, c, hv);
+        if (kda)
+            kda_pa(&w, Kp, c);
+        else
+            gdn_pa(&w, Kp);
+
+        /* exp(Gam) q, W = beta exp(Gam) k, U = beta v; then the forward substitution. */
+        float *Qg = w.QW, *W = w.QW + C * Kp, *U = w.V;
+        const float *Q = w.QK, *Kc = w.QK + C * Kp, *A = w.PA + C * C;
+        for (int64_t i = 0; i < C; i++) {
+            const float bi = w.beta[i], e1 = kda ? 0.0f : expf((float)w.gam[i]);
+            for (int64_t r = 0; r < Kp; r++) {
+                const float e = kda ? expf((float)w.gam[i * Kp + r]) : e1;
+                Qg[i * Kp + r] = e * Q[i * Kp + r];
+                W[i * Kp + r] = bi * e * Kc[i * Kp + r];
+            }
+            for (int64_t j = 0; j < Vp; j++)
+                U[i * Vp + j] *= bi;
+        }
+        for (int64_t i = 1; i < c; i++) {
+            for (int64_t j = 0; j < i; j++) {
+                const float a = A[i * C + j];
+                for (int64_t r = 0; r < Kp; r++)
+                    W[i * Kp + r] -= a * W[j * Kp + r];
+                for (int64_t r = 0; r < Vp; r++)
+                    U[i * Vp + r] -= a * U[j * Vp + r];
+            }
+        }
+
+        /* [O; W S] = [exp(Gam) q; W] S, Vnew = U - W S, O += P Vnew. */
+        matmul(2 * C, Vp, Kp, 1.0f, w.QW, Kp, w.S, Vp, w.Y, Vp, 0);
+        const float *WS = w.Y + C * Vp;
+        for (int64_t i = 0; i < C * Vp; i++)
+            U[i] -= WS[i];
+        matmul(C, Vp, C, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1);
+        for (int64_t i = 0; i < c; i++)
+            for (int64_t j = 0; j < V; j++)
+                gdn_st(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, j), w.Y[i * Vp + j]);
+
+        /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew; Gam_C is the last row (padding is flat). */
+        const double *gl = w.gam + (C - 1) * (kda ? Kp : 1);
+        for (int64_t i = 0; i < C; i++) {
+            const float e1 = kda ? 0.0f : expf((float)(gl[0] - w.gam[i]));
+            for (int64_t r = 0; r < Kp; r++) {
+                const float e = kda ? expf((float)(gl[r] - w.gam[i * Kp + r])) : e1;
+                w.Kt[r * C + i] = e * Kc[i * Kp + r];
+            }
+        }
+        for (int64_t r = 0; r < Kp; r++) {
+            const float e = expf((float)(kda ? gl[r] : gl[0]));
+            for (int64_t j = 0; j < Vp; j++)
+                w.S[r * Vp + j] *= e;
+        }
+        matmul(Kp, Vp, C, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1);
+    }
+
+    if (p->final_state.data)
+        for (int64_t r = 0; r < K; r++)
+            for (int64_t c = 0; c < V; c++)
+                gdn_st(p->final_state.data, p->state_dtype, gdn_state_off(&p->final_state, n, hv, r, c),
+                       w.S[r * Vp + c]);
+}
+
+gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)
+{
+    if (p->q.dtype == GDN_DTYPE_F64)
+        return gdn_cpu_recurrent_fwd(p);
+    if (p->K < 1 || p->K > GDN_CPU_MAX_HEAD_DIM || p->V < 1 || p->V > GDN_CPU_MAX_HEAD_DIM)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "cpu chunk_fwd: head dims K = %lld, V = %lld (each 1 .. %d)",
+                             (long long)p->K, (long long)p->V, GDN_CPU_MAX_HEAD_DIM);
+    const int64_t items = p->N * p->HV;
+    if (items == 0)
+        return GDN_OK;
+    chunk_ctx ctx;
+    ctx.p = p;
+    ctx.Kp = (p->K + PAD - 1) / PAD * PAD;
+    ctx.Vp = (p->V + PAD - 1) / PAD * PAD;
+    ctx.per_thread = chunk_buf_bytes(ctx.Kp, ctx.Vp);
+    /* Per token and head: about 4 C (K + V) + 6 K V flops of products and substitution. */
+    const double flops = (double)(p->B * p->T) * (double)p->HV *
+                         (4.0 * CHUNK * (double)(p->K + p->V) + 6.0 * (double)(p->K * p->V));
+    const int threads = gdn_cpu_threads_for(items, flops);
+    const size_t bytes = (size_t)threads * ctx.per_thread;
+    ctx.scratch = (unsigned char *)aligned_alloc(64, bytes);
+    if (!ctx.scratch)
+        return gdn_set_error(GDN_ERR_OUT_OF_MEMORY, "cpu chunk_fwd: cannot allocate %zu bytes of scratch", bytes);
+    gdn_cpu_parallel_for(threads, items, chunk_item, &ctx);
+    free(ctx.scratch);
+    return GDN_OK;
+}
