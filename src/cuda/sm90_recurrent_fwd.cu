@@ -1,7 +1,80 @@
 /*
- * sm90_recurrent_fwd.cu - recurrent forward (decode / speculative verify) on Hopper.
+ * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
+ * Picks a compile-time instance of the kernel in sm90_recurrent_kernel.cuh by head dim, state
+ * dtype, input dtype and access path (16-byte pieces for VK rows with K contiguous, else the
+ * element-wise generic path), and a CTA size by batch.
  */
 #include "cuda_common.cuh"
+#include "sm90_recurrent_kernel.cuh"
+
+namespace {
+
+StateStrides state_strides(const gdn_view &v)
+{
+    return StateStrides{v.s[0], v.s[1], v.s[2], v.s[3]};
+}
+
+/* A state view whose rows can be moved in 16-byte pieces of ve elements. */
+bool state_view_vec(const gdn_view &v, int64_t ve)
+{
+    return !v.data || ((uintptr_t)v.data % 16 == 0 && v.s[2] == 1 && v.s[0] % ve == 0 && v.s[1] % ve == 0 &&
+                       v.s[3] % ve == 0);
+}
+
+/* q / k pieces of ve elements of es bytes can be loaded as one vector. */
+bool input_view_vec(const gdn_view &v, int64_t ve, size_t es)
+{
+    return (uintptr_t)v.data % (ve * es) == 0 && v.s[3] == 1 && v.s[0] % ve == 0 && v.s[1] % ve == 0 &&
+           v.s[2] % ve == 0;
+}
+
+template <int K, typename StateT, typename InT, bool VEC> gdn_status launch(const RecurrentParams &prm, const gdn_problem *p)
+{
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    constexpr int ROWS_PER_WARP = 4 * RPL;
+    /* One-warp CTAs spread small batches over every SM; larger CTAs cost fewer block launches. */
+    const int64_t warps_per_head = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
+    int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
+    if (warps > warps_per_head)
+        warps = (int)warps_per_head;
+    const int64_t blocks = p->N * p->HV * ((warps_per_head + warps - 1) / warps);
+    if (blocks > INT32_MAX)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: %lld thread blocks exceed the CUDA grid limit",
+                             (long long)blocks);
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<(unsigned)blocks, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
+}
+
+template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
+{
+    constexpr int VE = 16 / sizeof(StateT);
+    const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
+                     state_view_vec(p->step_states, VE) && input_view_vec(p->q, VE, sizeof(InT)) &&
+                     input_view_vec(p->k, VE, sizeof(InT));
+    return vec ? launch<K, StateT, InT, true>(prm, p) : launch<K, StateT, InT, false>(prm, p);
+}
+
+template <int K, typename StateT> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)
+{
+    switch (p->q.dtype) {
+    case GDN_DTYPE_BF16: return dispatch_path<K, StateT, __nv_bfloat16>(prm, p);
+    case GDN_DTYPE_F16: return dispatch_path<K, StateT, __half>(prm, p);
+    case GDN_DTYPE_F32: return dispatch_path<K, StateT, float>(prm, p);
+    default:
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA inputs must be f32, bf16 or f16");
+    }
+}
+
+template <int K> gdn_status dispatch_state(const RecurrentParams &prm, const gdn_problem *p)
+{
+    switch (p->state_dtype) {
+    case GDN_DTYPE_F32: return dispatch_input<K, float>(prm, p);
+    case GDN_DTYPE_BF16: return dispatch_input<K, __nv_bfloat16>(prm, p);
+    default: return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA state dtype must be f32 or bf16");
+    }
+}
+
+} /* namespace */
 
 extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
 {
@@ -11,6 +84,69 @@ extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
 
 extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
 {
-    (void)p;
-    return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "gdn_recurrent_fwd: the CUDA backend does not implement it yet");
+    if (p->gate_kind != GDN_GATE_GDN)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
+    if (p->N == 0 || p->HV == 0 || p->V == 0)
+        return GDN_OK;
+
+    RecurrentParams prm = {};
+    prm.T = p->T;
+    prm.HV = p->HV;
+    prm.G = p->G;
+    prm.V = p->V;
+    prm.N = p->N;
+    prm.cu_seqlens = p->cu_seqlens;
+    prm.q = p->q.data;
+    prm.k = p->k.data;
+    prm.v = p->v.data;
+    prm.o = p->o.data;
+    for (int i = 0; i < 4; i++) {
+        prm.q_s[i] = p->q.s[i];
+        prm.k_s[i] = p->k.s[i];
+        prm.v_s[i] = p->v.s[i];
+        prm.o_s[i] = p->o.s[i];
+    }
+    prm.g = (const float *)p->g.data;
+    prm.a = p->a.data;
+    prm.a_dtype = p->a.dtype;
+    for (int i = 0; i < 3; i++) {
+        prm.g_s[i] = p->g.s[i];
+        prm.a_s[i] = p->a.s[i];
+        prm.beta_s[i] = p->beta.s[i];
+    }
+    prm.A_log = p->A_log;
+    prm.dt_bias = (const float *)p->dt_bias.data;
+    prm.dt_s = p->dt_bias.s[0];
+    prm.softplus_beta = p->softplus_beta;
+    prm.softplus_threshold = p->softplus_threshold;
+    prm.beta = p->beta.data;
+    prm.beta_dtype = p->beta.dtype;
+    prm.beta_from_logits = p->beta_from_logits;
+    prm.allow_neg_eigval = p->allow_neg_eigval;
+    prm.scale = p->scale;
+    prm.use_qk_l2norm = p->use_qk_l2norm;
+    prm.state_in = p->state_in.data;
+    prm.st_in = state_strides(p->state_in);
+    prm.num_slots = p->num_slots;
+    prm.final_state = p->final_state.data;
+    prm.st_fin = state_strides(p->final_state);
+    prm.step_states = p->step_states.data;
+    prm.st_step = state_strides(p->step_states);
+    prm.state_indices = p->state_indices;
+    prm.idx_s_n = p->idx_stride_n;
+    prm.idx_s_t = p->idx_stride_t;
+    prm.idx_cols = p->idx_cols;
+    prm.idx_2d = p->state_indices && p->idx_cols > 1;
+    prm.num_accepted_tokens = p->num_accepted_tokens;
+    prm.inplace_state = p->inplace_state && p->state_indices;
+    prm.null_slot_zero = p->null_slot_zero;
+
+    switch (p->K) {
+    case 64: return dispatch_state<64>(prm, p);
+    case 128: return dispatch_state<128>(prm, p);
+    case 256: return dispatch_state<256>(prm, p);
+    default:
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA head dim K = %lld (supported: 64, 128, 256)",
+                             (long long)p->K);
+    }
 }

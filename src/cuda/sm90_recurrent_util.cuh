@@ -1,0 +1,208 @@
+/*
+ * sm90_recurrent_util.cuh - parameter struct and device helpers of the recurrent forward kernel
+ * (sm90_recurrent_fwd.cu): typed loads and stores of state rows and token inputs, slot checks.
+ */
+#ifndef GDN_SM90_RECURRENT_UTIL_CUH
+#define GDN_SM90_RECURRENT_UTIL_CUH
+
+#include "cuda_common.cuh"
+
+/* Strides (elements) of one state tensor, whatever its layout. */
+struct StateStrides {
+    int64_t s0; /* slot or sequence (or packed token, for step_states) */
+    int64_t s1; /* value head */
+    int64_t sk; /* key index: 1 for VK contiguous */
+    int64_t sv; /* value index: the row */
+};
+
+/* One launch's arguments. Pointers are device pointers; all strides in elements. */
+struct RecurrentParams {
+    int64_t T, HV, G, V, N;
+    const int32_t *cu_seqlens;          /* [N + 1] or NULL */
+
+    const void *q, *k;                  /* [B, T, H, K], s = {b, t, h, d} */
+    const void *v;                      /* [B, T, HV, V], s = {b, t, hv, d} */
+    void *o;                            /* [B, T, HV, V] */
+    int64_t q_s[4], k_s[4], v_s[4], o_s[4];
+
+    const float *g;                     /* [B, T, HV] or NULL (then a is present) */
+    int64_t g_s[3];
+    const void *a;                      /* raw gate [B, T, HV] */
+    gdn_dtype a_dtype;
+    int64_t a_s[3];
+    const float *A_log;                 /* [HV] */
+    const float *dt_bias;               /* [HV] or NULL */
+    int64_t dt_s;
+    float softplus_beta, softplus_threshold;
+    const void *beta;                   /* [B, T, HV]: beta, or logits b */
+    gdn_dtype beta_dtype;
+    int64_t beta_s[3];
+    int beta_from_logits, allow_neg_eigval;
+
+    float scale;
+    int use_qk_l2norm;
+
+    void *state_in;                     /* pool [P, HV, ..] or [N, HV, ..]; may be NULL */
+    StateStrides st_in;
+    int64_t num_slots;
+    void *final_state;                  /* [N, HV, ..] or NULL */
+    StateStrides st_fin;
+    void *step_states;                  /* [B * T, HV, ..] or NULL */
+    StateStrides st_step;
+
+    const int32_t *state_indices;       /* [N] or [N, idx_cols], or NULL */
+    int64_t idx_s_n, idx_s_t, idx_cols;
+    int idx_2d;                         /* per-step slots (2-D indices) */
+    const int32_t *num_accepted_tokens; /* [N] or NULL */
+    int inplace_state;
+    int null_slot_zero;
+};
+
+__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* A slot may be read or written: in the pool, not padding, not the null block. */
+__device__ __forceinline__ bool slot_valid(const RecurrentParams &p, int64_t slot)
+{
+    return slot >= (p.null_slot_zero ? 1 : 0) && slot < p.num_slots;
+}
+
+__device__ __forceinline__ float load_any(const void *base, gdn_dtype dt, int64_t off)
+{
+    switch (dt) {
+    case GDN_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)base)[off]);
+    case GDN_DTYPE_F16: return __half2float(((const __half *)base)[off]);
+    default: return ((const float *)base)[off];
+    }
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
+    T x[N];
+};
+
+/* N consecutive elements as one vector (VEC), or N elements `stride` apart, as f32. */
+template <typename T, int N, bool VEC>
+__device__ __forceinline__ void load_f32(const T *ptr, int64_t stride, float *out)
+{
+    if constexpr (VEC) {
+        const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N> *>(ptr);
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            out[e] = gdn_to_f32<T>(pk.x[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            out[e] = gdn_to_f32<T>(ptr[e * stride]);
+    }
+}
+
+template <typename T, int N, bool VEC>
+__device__ __forceinline__ void store_f32(T *ptr, int64_t stride, const float *in)
+{
+    if constexpr (VEC) {
+        Pack<T, N> pk;
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            pk.x[e] = gdn_from_f32<T>(in[e]);
+        *reinterpret_cast<Pack<T, N> *>(ptr) = pk;
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            ptr[e * stride] = gdn_from_f32<T>(in[e]);
+    }
+}
+
+/* Writes this lane's part of RPL state rows. base points at (slot, value head). */
+template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
+__device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st, const int64_t *rows,
+                                           const bool *row_ok, int gl, const float (*s)[EPL])
+{
+#pragma unroll
+    for (int r = 0; r < RPL; r++) {
+        if (!row_ok[r])
+            continue;
+#pragma unroll
+        for (int c = 0; c < NV; c++) {
+            const int64_t key = (int64_t)(c * 8 + gl) * VE;
+            store_f32<StateT, VE, VEC>(base + rows[r] * st.sv + key * st.sk, st.sk, &s[r][c * VE]);
+        }
+    }
+}
+
+/* Inputs of one token for one lane: its q and k pieces, v of its rows, the gates. */
+template <int EPL, int RPL> struct TokenIn {
+    float q[EPL], k[EPL];
+    float v[RPL];
+    float g, beta;
+};
+
+/* softplus with vLLM's threshold, accurate expf / log1pf (judged against float64). */
+__device__ __forceinline__ float softplus(float x, float beta_sp, float threshold)
+{
+    const float bx = beta_sp * x;
+    return bx > threshold ? x : log1pf(expf(bx)) / beta_sp;
+}
+
+template <typename InT, int EPL, int RPL, int VE, int NV, bool VEC>
+__device__ __forceinline__ void load_token(const RecurrentParams &p, int64_t b, int64_t t, int64_t h, int64_t hv,
+                                           const int64_t *rows, const bool *row_ok, int gl, TokenIn<EPL, RPL> &in)
+{
+    const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
+    const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+        const int64_t key = (int64_t)(c * 8 + gl) * VE;
+        load_f32<InT, VE, VEC>(q + key * p.q_s[3], p.q_s[3], &in.q[c * VE]);
+        load_f32<InT, VE, VEC>(k + key * p.k_s[3], p.k_s[3], &in.k[c * VE]);
+    }
+    const InT *v = (const InT *)p.v + b * p.v_s[0] + t * p.v_s[1] + hv * p.v_s[2];
+#pragma unroll
+    for (int r = 0; r < RPL; r++)
+        in.v[r] = row_ok[r] ? gdn_to_f32<InT>(v[rows[r] * p.v_s[3]]) : 0.0f;
+
+    if (p.g) {
+        in.g = p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]];
+    } else {
+        const float x = load_any(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]) +
+                        (p.dt_bias ? p.dt_bias[hv * p.dt_s] : 0.0f);
+        in.g = -expf(p.A_log[hv]) * softplus(x, p.softplus_beta, p.softplus_threshold);
+    }
+    float beta = load_any(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]);
+    if (p.beta_from_logits) {
+        beta = 1.0f / (1.0f + expf(-beta));
+        if (p.allow_neg_eigval)
+            beta *= 2.0f;
+    }
+    in.beta = beta;
+}
+
+/* A skipped sequence: zero its outputs (o, final_state, step_states), touch nothing else. */
+template <typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC>
+__device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int64_t *rows, const bool *row_ok, int gl,
+                                             int64_t b, int64_t bos, int64_t eos, int64_t packed0, int64_t n,
+                                             int64_t hv)
+{
+    float z[RPL][EPL];
+#pragma unroll
+    for (int r = 0; r < RPL; r++)
+#pragma unroll
+        for (int i = 0; i < EPL; i++)
+            z[r][i] = 0.0f;
+    for (int64_t t = bos; t < eos; t++) {
+        InT *o = (InT *)p.o + b * p.o_s[0] + t * p.o_s[1] + hv * p.o_s[2];
+#pragma unroll
+        for (int r = 0; r < RPL; r++)
+            if (gl == r && row_ok[r])
+                o[rows[r] * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
+        if (p.step_states)
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t - bos) * p.st_step.s0 +
+                                                     hv * p.st_step.s1,
+                                                 p.st_step, rows, row_ok, gl, z);
+    }
+    if (p.final_state)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, rows, row_ok, gl, z);
+}
+
+#endif /* GDN_SM90_RECURRENT_UTIL_CUH */

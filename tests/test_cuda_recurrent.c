@@ -1,0 +1,810 @@
+/*
+ * test_cuda_recurrent.c - the CUDA recurrent forward (decode / multi-token verify) and the CUDA
+ * gating op, through the public API, against the harness's naive float64 recurrence.
+ *
+ * Every test builds host arguments exactly as a CPU test would (fresh random inputs, poisoned
+ * outputs), mirrors every present tensor to the device (aliases stay aliases), runs the op there,
+ * copies the outputs back and compares. Covered: T = 1..8 and 17, fixed and varlen (empty
+ * sequences too), GVA, K / V in {64, 128, 256}, bf16 / f16 / f32 inputs, f32 / bf16 states, both
+ * state layouts, in-kernel l2 norm and gating or precomputed g / beta, step_states, state pools
+ * with 1-D / 2-D indices, num_accepted_tokens, in-place writes, padded slots and skipped slots,
+ * q / k sliced from a fused projection, out-of-range device indices, CUDA graph capture.
+ * Skips (and passes) without a GPU.
+ *   build/tests/test_cuda_recurrent [name-substring ...]
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test_util.h"
+
+/* Fresh inputs on every run; the seed is printed so that a failure can be replayed. */
+static uint64_t g_seed;
+
+#define CUDA_OK(call)                                                                                              \
+    do {                                                                                                           \
+        cudaError_t err_ = (call);                                                                                 \
+        if (err_ != cudaSuccess) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));              \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host tensors mirrored on the device                                                         */
+
+#define MAX_MIRROR 24
+
+typedef struct mirror {
+    int count;
+    void *host[MAX_MIRROR];
+    void *dev[MAX_MIRROR];
+    size_t bytes[MAX_MIRROR];
+} mirror;
+
+static size_t tensor_bytes(const gdn_tensor *t)
+{
+    size_t extent = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] == 0)
+            return 0;
+        extent += (size_t)((t->shape[i] - 1) * t->stride[i]);
+    }
+    return extent * gdn_dtype_size(t->dtype);
+}
+
+/* Replaces t's data by a device copy (one copy per host buffer, so aliases stay aliases; the
+ * largest extent wins). */
+static void mirror_tensor(mirror *m, gdn_tensor *t)
+{
+    if (!t->data)
+        return;
+    size_t bytes = tensor_bytes(t);
+    for (int i = 0; i < m->count; i++) {
+        if (m->host[i] == t->data) {
+            if (bytes > m->bytes[i]) {
+                void *d;
+                CUDA_OK(cudaMalloc(&d, bytes));
+                CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaFree(m->dev[i]));
+                m->dev[i] = d;
+                m->bytes[i] = bytes;
+            }
+            t->data = m->dev[i];
+            t->device = GDN_DEVICE_CUDA;
+            return;
+        }
+    }
+    if (m->count == MAX_MIRROR) {
+        fprintf(stderr, "mirror: too many tensors\n");
+        exit(1);
+    }
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
+    if (bytes)
+        CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+    m->host[m->count] = t->data;
+    m->dev[m->count] = d;
+    m->bytes[m->count] = bytes;
+    m->count++;
+    t->data = d;
+    t->device = GDN_DEVICE_CUDA;
+}
+
+static void mirror_args(mirror *m, gdn_recurrent_fwd_args *a)
+{
+    gdn_tensor *ts[] = {&a->q, &a->k, &a->v, &a->o, &a->gate.g, &a->gate.a, &a->gate.A_log, &a->gate.dt_bias,
+                        &a->gate.beta, &a->cu_seqlens, &a->state, &a->state_indices, &a->num_accepted_tokens,
+                        &a->final_state, &a->step_states};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        mirror_tensor(m, ts[i]);
+}
+
+/* Copies every mirrored buffer back to its host buffer and frees the device copies. */
+static void mirror_back(mirror *m)
+{
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < m->count; i++) {
+        if (m->bytes[i])
+            CUDA_OK(cudaMemcpy(m->host[i], m->dev[i], m->bytes[i], cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaFree(m->dev[i]));
+    }
+    m->count = 0;
+}
+
+static gdn_status run_cuda(gdn_recurrent_fwd_args a)
+{
+    mirror m = {0};
+    mirror_args(&m, &a);
+    gdn_status st = gdn_recurrent_fwd(&a);
+    if (st != GDN_OK)
+        printf("    gdn_recurrent_fwd: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+    mirror_back(&m);
+    return st;
+}
+
+static int need_gpu(void)
+{
+    if (tu_cuda_device_count() > 0)
+        return 1;
+    tu_skip_reason("no CUDA device");
+    return 0;
+}
+
+static double tol_o(gdn_dtype dt) { return dt == GDN_DTYPE_BF16 ? 6e-3 : dt == GDN_DTYPE_F16 ? 1.5e-3 : 2e-5; }
+static double tol_state(gdn_dtype dt) { return dt == GDN_DTYPE_BF16 ? 6e-3 : 2e-5; }
+
+static const char *dtn(gdn_dtype dt)
+{
+    return dt == GDN_DTYPE_BF16 ? "bf16" : dt == GDN_DTYPE_F16 ? "f16" : "f32";
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One case of the option matrix                                                               */
+
+typedef struct opts {
+    int64_t B, T, H, HV, K, V;
+    int nseq;                 /* varlen when > 0 */
+    int32_t seqlens[TU_MAX_SEQS];
+    gdn_dtype dtype, state_dtype, beta_dtype;
+    gdn_state_layout layout;
+    int initial_state, l2norm, raw_gates, allow_neg_eigval, steps;
+    float scale;
+} opts;
+
+static void run_case(const opts *o, uint64_t seed)
+{
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.B = o->B;
+    cfg.T = o->T;
+    cfg.H = o->H;
+    cfg.HV = o->HV;
+    cfg.K = o->K;
+    cfg.V = o->V;
+    cfg.nseq = o->nseq;
+    memcpy(cfg.seqlens, o->seqlens, sizeof cfg.seqlens);
+    cfg.dtype = o->dtype;
+    cfg.beta_dtype = o->beta_dtype;
+    cfg.state_dtype = o->state_dtype;
+    cfg.layout = o->layout;
+    cfg.kind = GDN_GATE_GDN;
+    cfg.initial_state = o->initial_state;
+    cfg.l2norm = o->l2norm;
+    cfg.raw_gates = o->raw_gates;
+    cfg.allow_neg_eigval = o->allow_neg_eigval;
+    cfg.scale = o->scale;
+    cfg.seed = seed;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+
+    const tu_case_config *k = &c.c;
+    size_t n_o = (size_t)(k->B * k->T * k->HV * k->V), n_ht = (size_t)c.state_numel;
+    size_t n_steps = (size_t)(k->B * k->T * k->HV * k->K * k->V);
+    double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc(n_ht * sizeof(double));
+    double *steps_ref = tu_alloc((n_steps ? n_steps : 1) * sizeof(double));
+    tu_case_naive(&c, o_ref, ht_ref, steps_ref);
+
+    void *steps = tu_alloc_elems(k->state_dtype, n_steps ? n_steps : 1);
+    tu_poison(steps, k->state_dtype, n_steps);
+    tu_case_poison(&c);
+
+    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+    if (o->steps)
+        a.step_states = tu_case_state(&c, steps, k->state_dtype, k->B * k->T);
+
+    char what[200];
+    snprintf(what, sizeof what, "B%lld T%lld%s H%lld HV%lld K%lld V%lld %s state %s %s%s%s%s%s", (long long)k->B,
+             (long long)k->T, o->nseq ? " varlen" : "", (long long)k->H, (long long)k->HV, (long long)k->K,
+             (long long)k->V, dtn(k->dtype), dtn(k->state_dtype), k->layout == GDN_STATE_VK ? "VK" : "KV",
+             o->l2norm ? " l2" : "", o->raw_gates ? " raw-gates" : "", o->initial_state ? " h0" : "",
+             o->steps ? " steps" : "");
+    if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
+        char w[240];
+        snprintf(w, sizeof w, "%s: o", what);
+        tu_check(w, tu_compare(c.o, k->dtype, o_ref, GDN_DTYPE_F64, n_o), tol_o(k->dtype));
+        snprintf(w, sizeof w, "%s: final_state", what);
+        tu_check(w, tu_compare(c.ht, k->state_dtype, ht_ref, GDN_DTYPE_F64, n_ht), tol_state(k->state_dtype));
+        if (o->steps) {
+            snprintf(w, sizeof w, "%s: step_states", what);
+            tu_check(w, tu_compare(steps, k->state_dtype, steps_ref, GDN_DTYPE_F64, n_steps),
+                     tol_state(k->state_dtype));
+        }
+    }
+    free(o_ref);
+    free(ht_ref);
+    free(steps_ref);
+    free(steps);
+    tu_case_free(&c);
+}
+
+static opts base_opts(void)
+{
+    opts o;
+    memset(&o, 0, sizeof o);
+    o.B = 3;
+    o.T = 1;
+    o.H = 2;
+    o.HV = 4;
+    o.K = 128;
+    o.V = 128;
+    o.dtype = GDN_DTYPE_BF16;
+    o.beta_dtype = GDN_DTYPE_F32;
+    o.state_dtype = GDN_DTYPE_F32;
+    o.layout = GDN_STATE_VK;
+    o.initial_state = 1;
+    o.l2norm = 1;
+    o.raw_gates = 1;
+    return o;
+}
+
+/* Each axis of the scope swept with the others at engine defaults. */
+static int test_matrix(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed;
+    static const int64_t Ts[] = {1, 2, 3, 4, 8, 17};
+    static const gdn_dtype dts[] = {GDN_DTYPE_BF16, GDN_DTYPE_F16, GDN_DTYPE_F32};
+    static const gdn_dtype sds[] = {GDN_DTYPE_F32, GDN_DTYPE_BF16};
+    static const int64_t KVs[][2] = {{64, 64}, {128, 128}, {256, 256}, {64, 128}, {128, 64}, {128, 96}};
+    for (int li = 0; li < 2; li++) {
+        for (int si = 0; si < 2; si++) {
+            for (int di = 0; di < 3; di++) {
+                for (int ti = 0; ti < 6; ti++) {
+                    opts o = base_opts();
+                    o.layout = li ? GDN_STATE_KV : GDN_STATE_VK;
+                    o.state_dtype = sds[si];
+                    o.dtype = dts[di];
+                    o.T = Ts[ti];
+                    o.steps = ti % 2 == 1;
+                    run_case(&o, seed++);
+                }
+                for (int ki = 0; ki < 6; ki++) {
+                    opts o = base_opts();
+                    o.layout = li ? GDN_STATE_KV : GDN_STATE_VK;
+                    o.state_dtype = sds[si];
+                    o.dtype = dts[di];
+                    o.K = KVs[ki][0];
+                    o.V = KVs[ki][1];
+                    o.T = ki % 3 == 0 ? 1 : 4;
+                    run_case(&o, seed++);
+                }
+            }
+        }
+    }
+    return TU_PASS;
+}
+
+/* Gate and norm options, GVA ratios, no initial state, beta dtypes. */
+static int test_options(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 1000;
+    for (int v = 0; v < 16; v++) {
+        opts o = base_opts();
+        o.T = v % 4 == 0 ? 1 : 1 + v % 5;
+        o.l2norm = v & 1;
+        o.raw_gates = (v >> 1) & 1;
+        o.allow_neg_eigval = o.raw_gates && (v >> 2) & 1;
+        o.initial_state = v % 3 != 0;
+        o.beta_dtype = v % 5 == 0 ? GDN_DTYPE_BF16 : v % 5 == 1 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
+        o.H = v % 4 == 3 ? 4 : v % 4 == 2 ? 1 : 2; /* G = 1, 4, 2 */
+        o.HV = 4;
+        o.scale = v % 7 == 0 ? 0.3f : 0.0f;
+        o.layout = v & 8 ? GDN_STATE_KV : GDN_STATE_VK;
+        o.state_dtype = v % 6 == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* Packed sequences of unequal (and zero) length; larger batches. */
+static int test_varlen_and_batch(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 2000;
+    static const int32_t lens[][6] = {{1, 1, 1, 1, 1, 1}, {3, 0, 5, 1, 8, 2}, {17, 4, 0, 0, 9, 1}};
+    for (int v = 0; v < 6; v++) {
+        opts o = base_opts();
+        o.nseq = 6;
+        memcpy(o.seqlens, lens[v % 3], sizeof lens[0]);
+        o.layout = v < 3 ? GDN_STATE_VK : GDN_STATE_KV;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.steps = v % 3 == 1;
+        run_case(&o, seed++);
+    }
+    for (int v = 0; v < 4; v++) {
+        opts o = base_opts();
+        o.B = v < 2 ? 64 : 9;
+        o.T = v < 2 ? 1 : 4;
+        o.H = 16;
+        o.HV = 32;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* q and k sliced out of one fused [B, T, 2 * H * K + HV * V] projection, v too; and q / k with
+ * an element stride of 2 (the element-wise path). */
+static int test_strided_inputs(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    for (int v = 0; v < 2; v++) {
+        tu_case_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.B = 3, cfg.T = 3, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 64;
+        cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
+        cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1;
+        cfg.seed = g_seed + 3000 + (uint64_t)v;
+        tu_case c;
+        tu_case_init(&c, &cfg);
+        int64_t B = cfg.B, T = cfg.T, H = cfg.H, HV = cfg.HV, K = cfg.K, V = cfg.V;
+        int64_t es = (int64_t)gdn_dtype_size(cfg.dtype);
+        int64_t ds = v == 0 ? 1 : 2; /* element stride of q / k */
+        int64_t row = ds * 2 * H * K + HV * V;
+        unsigned char *fused = tu_alloc((size_t)(B * T * row * es));
+        tu_poison(fused, cfg.dtype, (size_t)(B * T * row));
+        for (int64_t bt = 0; bt < B * T; bt++) {
+            for (int64_t i = 0; i < H * K; i++) {
+                memcpy(fused + (size_t)((bt * row + i * ds) * es), (char *)c.q + (size_t)((bt * H * K + i) * es),
+                       (size_t)es);
+                memcpy(fused + (size_t)((bt * row + ds * H * K + i * ds) * es),
+                       (char *)c.k + (size_t)((bt * H * K + i) * es), (size_t)es);
+            }
+            memcpy(fused + (size_t)((bt * row + ds * 2 * H * K) * es), (char *)c.v + (size_t)(bt * HV * V * es),
+                   (size_t)(HV * V * es));
+        }
+        double *o_ref = tu_alloc((size_t)(B * T * HV * V) * sizeof(double));
+        double *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
+        tu_case_naive(&c, o_ref, ht_ref, NULL);
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+        int64_t qk_shape[4] = {B, T, H, K}, qk_stride[4] = {T * row, row, K * ds, ds};
+        int64_t v_shape[4] = {B, T, HV, V}, v_stride[4] = {T * row, row, V, 1};
+        a.q = tu_tensor_strided(fused, cfg.dtype, 4, qk_shape, qk_stride);
+        a.k = tu_tensor_strided(fused + (size_t)(ds * H * K * es), cfg.dtype, 4, qk_shape, qk_stride);
+        a.v = tu_tensor_strided(fused + (size_t)(ds * 2 * H * K * es), cfg.dtype, 4, v_shape, v_stride);
+        const char *what = v == 0 ? "fused qkv projection" : "q/k element stride 2";
+        if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
+            char w[120];
+            snprintf(w, sizeof w, "%s: o", what);
+            tu_check(w, tu_compare(c.o, cfg.dtype, o_ref, GDN_DTYPE_F64, (size_t)(B * T * HV * V)), tol_o(cfg.dtype));
+            snprintf(w, sizeof w, "%s: final_state", what);
+            tu_check(w, tu_compare(c.ht, cfg.state_dtype, ht_ref, GDN_DTYPE_F64, (size_t)c.state_numel), 2e-5);
+        }
+        free(fused);
+        free(o_ref);
+        free(ht_ref);
+        tu_case_free(&c);
+    }
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* State pools                                                                                 */
+
+#define MAXN 8
+#define MAXT 6
+
+typedef struct pool_spec {
+    const char *label;
+    int N, T, P;
+    int rank2, cols;
+    int32_t idx[MAXN][MAXT];   /* rank 1 uses idx[n][0] */
+    int use_nat;
+    int32_t nat[MAXN];
+    int null_slot_zero, inplace, with_final, with_steps;
+    gdn_state_layout layout;
+    gdn_dtype state_dtype;
+    int64_t pad;               /* extra elements per slot */
+    int64_t K, V;
+} pool_spec;
+
+/* A slot the pool may read or write (the CUDA backend also skips slots >= P, which it cannot
+ * validate on the host). */
+static int usable(const pool_spec *s, int32_t slot)
+{
+    return slot >= (s->null_slot_zero ? 1 : 0) && slot < s->P;
+}
+
+static int start_slot(const pool_spec *s, int n)
+{
+    int32_t slot;
+    if (s->rank2 && s->use_nat) {
+        if (s->nat[n] < 1 || s->nat[n] > s->cols)
+            return -1;
+        slot = s->idx[n][s->nat[n] - 1];
+    } else {
+        slot = s->idx[n][0];
+    }
+    return usable(s, slot) ? slot : -1;
+}
+
+static size_t count_nonzero(const void *p, gdn_dtype dtype, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += tu_get(p, dtype, i) != 0.0;
+    return c;
+}
+
+static void run_pool(const pool_spec *s, uint64_t seed)
+{
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.B = s->N, cfg.T = s->T, cfg.H = 2, cfg.HV = 4, cfg.K = s->K ? s->K : 128, cfg.V = s->V ? s->V : 128;
+    cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32;
+    cfg.state_dtype = s->state_dtype, cfg.layout = s->layout;
+    cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1, cfg.seed = seed;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+
+    gdn_dtype sd = s->state_dtype;
+    size_t esz = gdn_dtype_size(sd);
+    int64_t slot_elems = cfg.HV * cfg.K * cfg.V, slot_stride = slot_elems + s->pad;
+    size_t pool_bytes = (size_t)(s->P * slot_stride) * esz;
+    unsigned char *pool = tu_alloc(pool_bytes);
+    tu_rng r = tu_rng_make(seed ^ 0xabcdef);
+    for (int64_t i = 0; i < s->P * slot_stride; i++)
+        tu_set(pool, sd, (size_t)i, 0.5 * tu_rng_normal(&r));
+    int start[MAXN];
+    for (int n = 0; n < s->N; n++) {
+        start[n] = start_slot(s, n);
+        if (start[n] >= 0)
+            memcpy(pool + (size_t)(start[n] * slot_stride) * esz, (char *)c.h0 + (size_t)(n * slot_elems) * esz,
+                   (size_t)slot_elems * esz);
+    }
+    unsigned char *before = tu_snapshot(pool, pool_bytes);
+
+    size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V), per_seq_o = (size_t)(cfg.T * cfg.HV * cfg.V);
+    size_t n_steps = (size_t)(cfg.B * cfg.T * slot_elems);
+    double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
+    double *steps_ref = tu_alloc(n_steps * sizeof(double));
+    tu_case_naive(&c, o_ref, ht_ref, steps_ref);
+    void *steps = tu_alloc_elems(sd, n_steps);
+    tu_poison(steps, sd, n_steps);
+    tu_case_poison(&c);
+
+    int32_t idx_flat[MAXN * MAXT], nat[MAXN];
+    int cols = s->rank2 ? s->cols : 1;
+    for (int n = 0; n < s->N; n++) {
+        for (int t = 0; t < cols; t++)
+            idx_flat[n * cols + t] = s->idx[n][t];
+        nat[n] = s->nat[n];
+    }
+    int vk = s->layout == GDN_STATE_VK;
+    int64_t pool_shape[4] = {s->P, cfg.HV, vk ? cfg.V : cfg.K, vk ? cfg.K : cfg.V};
+    int64_t pool_stride[4] = {slot_stride, pool_shape[2] * pool_shape[3], pool_shape[3], 1};
+
+    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+    a.state = tu_tensor_strided(pool, sd, 4, pool_shape, pool_stride);
+    a.state_indices =
+        s->rank2 ? TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N, cols) : TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N);
+    if (s->use_nat)
+        a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, s->N);
+    a.inplace_state = s->inplace;
+    a.null_slot_zero = s->null_slot_zero;
+    if (!s->with_final)
+        memset(&a.final_state, 0, sizeof a.final_state);
+    if (s->with_steps)
+        a.step_states = tu_case_state(&c, steps, sd, cfg.B * cfg.T);
+
+    if (!tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", s->label))
+        goto done;
+
+    const double *expect[64] = {0};
+    for (int n = 0; n < s->N; n++) {
+        if (start[n] < 0 || !s->inplace)
+            continue;
+        if (!s->rank2) {
+            expect[start[n]] = ht_ref + (size_t)(n * slot_elems);
+        } else {
+            for (int t = 0; t < s->T; t++)
+                if (usable(s, s->idx[n][t]))
+                    expect[s->idx[n][t]] = steps_ref + (size_t)((n * s->T + t) * slot_elems);
+        }
+    }
+    char what[200];
+    for (int p = 0; p < s->P; p++) {
+        unsigned char *slot = pool + (size_t)(p * slot_stride) * esz, *old = before + (size_t)(p * slot_stride) * esz;
+        if (expect[p]) {
+            snprintf(what, sizeof what, "%s: pool slot %d", s->label, p);
+            tu_check(what, tu_compare(slot, sd, expect[p], GDN_DTYPE_F64, (size_t)slot_elems), tol_state(sd));
+            tu_expect(tu_same_bytes(slot + (size_t)slot_elems * esz, old + (size_t)slot_elems * esz,
+                                    (size_t)s->pad * esz),
+                      "%s: padding after pool slot %d was written", s->label, p);
+        } else {
+            tu_expect(tu_same_bytes(slot, old, (size_t)slot_stride * esz), "%s: pool slot %d should be untouched",
+                      s->label, p);
+        }
+    }
+    for (int n = 0; n < s->N; n++) {
+        void *o_n = (char *)c.o + per_seq_o * (size_t)n * gdn_dtype_size(cfg.dtype);
+        void *ht_n = (char *)c.ht + (size_t)(n * slot_elems) * esz;
+        void *steps_n = (char *)steps + (size_t)(n * s->T * slot_elems) * esz;
+        if (start[n] < 0) {
+            tu_expect(count_nonzero(o_n, cfg.dtype, per_seq_o) == 0, "%s: skipped sequence %d: o not zeroed",
+                      s->label, n);
+            if (s->with_final)
+                tu_expect(count_nonzero(ht_n, sd, (size_t)slot_elems) == 0,
+                          "%s: skipped sequence %d: final_state not zeroed", s->label, n);
+            if (s->with_steps)
+                tu_expect(count_nonzero(steps_n, sd, (size_t)(s->T * slot_elems)) == 0,
+                          "%s: skipped sequence %d: step_states not zeroed", s->label, n);
+            continue;
+        }
+        snprintf(what, sizeof what, "%s: o seq %d", s->label, n);
+        tu_check(what, tu_compare(o_n, cfg.dtype, o_ref + per_seq_o * (size_t)n, GDN_DTYPE_F64, per_seq_o),
+                 tol_o(cfg.dtype));
+        if (s->with_final) {
+            snprintf(what, sizeof what, "%s: final_state seq %d", s->label, n);
+            tu_check(what, tu_compare(ht_n, sd, ht_ref + (size_t)(n * slot_elems), GDN_DTYPE_F64, (size_t)slot_elems),
+                     tol_state(sd));
+        }
+        if (s->with_steps) {
+            snprintf(what, sizeof what, "%s: step_states seq %d", s->label, n);
+            tu_check(what,
+                     tu_compare(steps_n, sd, steps_ref + (size_t)(n * s->T * slot_elems), GDN_DTYPE_F64,
+                                (size_t)(s->T * slot_elems)),
+                     tol_state(sd));
+        }
+    }
+done:
+    free(pool);
+    free(before);
+    free(o_ref);
+    free(ht_ref);
+    free(steps_ref);
+    free(steps);
+    tu_case_free(&c);
+}
+
+static int test_pool_decode(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    for (int v = 0; v < 6; v++) {
+        pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = (const char *[]){"pool T=1 VK f32",      "pool T=1 VK bf16",        "pool T=1 KV f32",
+                                   "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2"}[v];
+        s.N = 5;
+        s.T = v == 4 ? 3 : v == 5 ? 2 : 1;
+        s.P = 9;
+        s.idx[0][0] = 5;
+        s.idx[1][0] = 2;
+        s.idx[2][0] = -1; /* PAD_SLOT_ID: skipped */
+        s.idx[3][0] = 0;  /* live, unless null_slot_zero */
+        s.idx[4][0] = 9;  /* >= P: a device index the host cannot check; skipped */
+        s.null_slot_zero = v == 3;
+        s.inplace = v != 5;
+        s.with_final = v != 1;
+        s.with_steps = v >= 4;
+        s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
+        s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.pad = v == 4 ? 6 : 40; /* 6: slots not 16-byte aligned, the element-wise path */
+        s.K = v == 2 ? 64 : 128;
+        run_pool(&s, g_seed + 4000 + (uint64_t)v);
+    }
+    return TU_PASS;
+}
+
+static int test_pool_spec_verify(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    static const int32_t idx[6][4] = {
+        {1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, -1, 12}, /* a negative per-step slot skips one write */
+        {13, 14, 15, 16}, {17, -1, 19, 20}, {21, 22, 99, 23}, /* 99 >= P skips one write */
+    };
+    static const int32_t nat[6] = {1, 3, 2, 0, 2, 4}; /* seq 3: 0 accepted: skipped; seq 4 starts at -1 */
+    for (int v = 0; v < 4; v++) {
+        pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = (const char *[]){"verify 2-D + num_accepted VK f32", "verify 2-D + num_accepted VK bf16",
+                                   "verify 2-D + num_accepted KV f32", "verify 2-D without num_accepted"}[v];
+        s.N = 6;
+        s.T = 4;
+        s.cols = 4;
+        s.P = 24;
+        s.rank2 = 1;
+        for (int n = 0; n < 6; n++)
+            memcpy(s.idx[n], idx[n], sizeof idx[n]);
+        memcpy(s.nat, nat, sizeof nat);
+        s.use_nat = v < 3;
+        s.inplace = 1;
+        s.with_final = 1;
+        s.with_steps = v != 1;
+        s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
+        s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.pad = 32;
+        run_pool(&s, g_seed + 5000 + (uint64_t)v);
+    }
+    return TU_PASS;
+}
+
+/* Device index tensors the host cannot check: cu_seqlens out of order and out of range, huge
+ * and negative slots. The call must stay in bounds (compute-sanitizer runs this test). */
+static int test_bad_device_indices(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    int32_t lens[4] = {2, 3, 1, 2};
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.nseq = 4;
+    memcpy(cfg.seqlens, lens, sizeof lens);
+    cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 128;
+    cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
+    cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1, cfg.seed = g_seed + 6000;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    int32_t bad_cu[5] = {0, 7, 3, -5, 1000};
+    int32_t idx[4][2] = {{1, 2}, {2147483647, 0}, {-2147483647 - 1, 3}, {3, 1}};
+    int32_t nat[4] = {2, 1, 1, 7};
+    int64_t P = 4;
+    size_t slot_elems = (size_t)(cfg.HV * cfg.K * cfg.V);
+    float *pool = tu_alloc((size_t)P * slot_elems * sizeof(float));
+    for (size_t i = 0; i < (size_t)P * slot_elems; i++)
+        pool[i] = 0.01f * (float)(i % 97);
+    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+    a.cu_seqlens = TU_TENSOR(bad_cu, GDN_DTYPE_I32, 5);
+    a.state = TU_TENSOR(pool, GDN_DTYPE_F32, P, cfg.HV, cfg.V, cfg.K);
+    a.state_indices = TU_TENSOR(idx, GDN_DTYPE_I32, 4, 2);
+    a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, 4);
+    a.inplace_state = 1;
+    tu_expect(run_cuda(a) == GDN_OK, "garbage device indices: the call must still succeed");
+    free(pool);
+    tu_case_free(&c);
+    return TU_PASS;
+}
+
+/* The call captured in a CUDA graph (no allocation, no sync), replayed twice on fresh inputs:
+ * replays read the current contents of the captured buffers. */
+static int test_graph_capture(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.B = 8, cfg.T = 2, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 128;
+    cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
+    cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1;
+    for (int round = 0; round < 2; round++) {
+        cfg.seed = g_seed + 7000 + (uint64_t)round;
+        tu_case c;
+        tu_case_init(&c, &cfg);
+        size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V);
+        double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
+        tu_case_naive(&c, o_ref, ht_ref, NULL);
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+        mirror m = {0};
+        mirror_args(&m, &a);
+        cudaStream_t stream;
+        CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        a.stream = stream;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        gdn_status st = gdn_recurrent_fwd(&a);
+        CUDA_OK(cudaStreamEndCapture(stream, &graph));
+        if (tu_expect(st == GDN_OK, "capture: %s (%s)", gdn_status_string(st), gdn_last_error())) {
+            CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+            CUDA_OK(cudaGraphLaunch(exec, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            CUDA_OK(cudaGraphExecDestroy(exec));
+        }
+        CUDA_OK(cudaGraphDestroy(graph));
+        CUDA_OK(cudaStreamDestroy(stream));
+        mirror_back(&m);
+        tu_check("graph replay: o", tu_compare(c.o, cfg.dtype, o_ref, GDN_DTYPE_F64, n_o), tol_o(cfg.dtype));
+        tu_check("graph replay: final_state",
+                 tu_compare(c.ht, cfg.state_dtype, ht_ref, GDN_DTYPE_F64, (size_t)c.state_numel), 2e-5);
+        free(o_ref);
+        free(ht_ref);
+        tu_case_free(&c);
+    }
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Gating op                                                                                   */
+
+static int test_gating(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    tu_rng r = tu_rng_make(g_seed + 8000);
+    for (int v = 0; v < 8; v++) {
+        gdn_gate_kind kind = v < 4 ? GDN_GATE_GDN : GDN_GATE_KDA;
+        int64_t B = 3, T = 5, HV = 6, K = kind == GDN_GATE_KDA ? 64 : 1;
+        float lower = kind == GDN_GATE_KDA && (v & 1) ? -3.0f : 0.0f;
+        gdn_dtype adt = v % 3 == 0 ? GDN_DTYPE_BF16 : v % 3 == 1 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
+        gdn_dtype bdt = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        int neg = v == 2 || v == 5;
+        int with_dt = v != 1;
+        size_t ng = (size_t)(B * T * HV * K), nb = (size_t)(B * T * HV);
+        float *a32 = tu_alloc(ng * sizeof(float)), *b32 = tu_alloc(nb * sizeof(float));
+        float *A_log = tu_alloc((size_t)HV * sizeof(float)), *dt = tu_alloc((size_t)(HV * K) * sizeof(float));
+        tu_fill_normal(a32, ng, &r, 0.0f, 3.0f);
+        a32[0] = 30.0f; /* above the softplus threshold */
+        tu_fill_normal(b32, nb, &r, 0.0f, 2.0f);
+        tu_fill_uniform(A_log, (size_t)HV, &r, -1.0f, 1.5f);
+        tu_fill_normal(dt, (size_t)(HV * K), &r, 0.0f, 1.0f);
+        tu_round_array(a32, ng, adt);
+        tu_round_array(b32, nb, bdt);
+        void *a = tu_alloc_elems(adt, ng), *b = tu_alloc_elems(bdt, nb);
+        tu_store_f32(a, adt, a32, ng);
+        tu_store_f32(b, bdt, b32, nb);
+        float *g = tu_alloc(ng * sizeof(float));
+        void *beta = tu_alloc_elems(bdt, nb);
+        tu_poison(g, GDN_DTYPE_F32, ng);
+        tu_poison(beta, bdt, nb);
+
+        gdn_gating_args ga;
+        memset(&ga, 0, sizeof ga);
+        ga.kind = kind;
+        ga.a = kind == GDN_GATE_KDA ? TU_TENSOR(a, adt, B, T, HV, K) : TU_TENSOR(a, adt, B, T, HV);
+        ga.A_log = TU_TENSOR(A_log, GDN_DTYPE_F32, HV);
+        if (with_dt)
+            ga.dt_bias = kind == GDN_GATE_KDA ? TU_TENSOR(dt, GDN_DTYPE_F32, HV, K) : TU_TENSOR(dt, GDN_DTYPE_F32, HV);
+        ga.lower_bound = lower;
+        ga.g_out = kind == GDN_GATE_KDA ? TU_TENSOR(g, GDN_DTYPE_F32, B, T, HV, K) : TU_TENSOR(g, GDN_DTYPE_F32, B, T, HV);
+        ga.b = TU_TENSOR(b, bdt, B, T, HV);
+        ga.allow_neg_eigval = neg;
+        ga.beta_out = TU_TENSOR(beta, bdt, B, T, HV);
+        mirror m = {0};
+        gdn_tensor *ts[] = {&ga.a, &ga.A_log, &ga.dt_bias, &ga.g_out, &ga.b, &ga.beta_out};
+        for (int i = 0; i < 6; i++)
+            mirror_tensor(&m, ts[i]);
+        gdn_status st = gdn_gating(&ga);
+        mirror_back(&m);
+        char what[80];
+        snprintf(what, sizeof what, "gating %s a %s beta %s%s%s", kind == GDN_GATE_KDA ? "KDA" : "GDN", dtn(adt),
+                 dtn(bdt), lower < 0 ? " lower_bound" : "", neg ? " neg_eigval" : "");
+        if (tu_expect(st == GDN_OK, "%s: %s (%s)", what, gdn_status_string(st), gdn_last_error())) {
+            double *g_ref = tu_alloc(ng * sizeof(double)), *beta_ref = tu_alloc(nb * sizeof(double));
+            for (size_t i = 0; i < ng; i++) {
+                size_t j = (i / (size_t)K) % (size_t)HV, rr = i % (size_t)K;
+                g_ref[i] = tu_gate_value(kind, a32[i], A_log[j], with_dt ? dt[j * (size_t)K + rr] : 0.0, lower, 0, 0);
+            }
+            for (size_t i = 0; i < nb; i++)
+                beta_ref[i] = tu_beta_value(b32[i], neg);
+            char w[120];
+            snprintf(w, sizeof w, "%s: g", what);
+            tu_check(w, tu_compare(g, GDN_DTYPE_F32, g_ref, GDN_DTYPE_F64, ng), 1e-6);
+            snprintf(w, sizeof w, "%s: beta", what);
+            tu_check(w, tu_compare(beta, bdt, beta_ref, GDN_DTYPE_F64, nb), bdt == GDN_DTYPE_BF16 ? 4e-3 : 1e-6);
+            free(g_ref);
+            free(beta_ref);
+        }
+        free(a32), free(b32), free(A_log), free(dt), free(a), free(b), free(g), free(beta);
+    }
+    return TU_PASS;
+}
+
+int main(int argc, char **argv)
+{
+    const char *env = getenv("GDN_TEST_SEED");
+    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_cuda_recurrent: seed %llu (GDN_TEST_SEED replays)\n", (unsigned long long)g_seed);
+    static const tu_test tests[] = {
+        {"matrix", test_matrix},
+        {"options", test_options},
+        {"varlen_and_batch", test_varlen_and_batch},
+        {"strided_inputs", test_strided_inputs},
+        {"pool_decode", test_pool_decode},
+        {"pool_spec_verify", test_pool_spec_verify},
+        {"bad_device_indices", test_bad_device_indices},
+        {"graph_capture", test_graph_capture},
+        {"gating", test_gating},
+    };
+    return tu_main(tests, TU_COUNT(tests), argc, argv);
+}
