@@ -107,7 +107,7 @@ class GatedDeltaNet(nn.Module):
         state [B, HV, V, K] float32 or None. Returns (o, final state or None)."""
         kernel = fused_recurrent_gated_delta_rule if q.shape[1] == 1 else chunk_gated_delta_rule
         return kernel(
-            q, k, v, a, b,
+            q, k, v, g=a, beta=b,
             initial_state=state,
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=True,

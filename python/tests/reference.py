@@ -34,26 +34,27 @@ def sequences(B, T, cu_seqlens):
     return [(0, cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
 
 
-def recurrence(q, k, v, g, beta, scale=None, h0=None, cu_seqlens=None, use_qk_l2norm=False):
+def recurrence(q, k, v, g, beta, scale=None, h0=None, cu_seqlens=None, use_qk_l2norm=False, keep_steps=True):
     """The gated delta rule in float64.
 
     q, k [B, T, H, K]; v [B, T, HV, V]; g [B, T, HV] (GDN) or [B, T, HV, K] (KDA) log decays;
     beta [B, T, HV]; h0 [N, HV, K, V] or None. Returns o [B, T, HV, V], the final states
     [N, HV, K, V] and the state after every token [B * T, HV, K, V] (row = packed token index;
-    zeros for tokens of no sequence).
+    zeros for tokens of no sequence; None without keep_steps). Runs on q's device.
     """
-    q, k, v, g, beta = (x.double() for x in (q, k, v, g, beta))
+    q, k, v, g, beta = (x.to(device=q.device, dtype=torch.float64) for x in (q, k, v, g, beta))
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     G = HV // H
     scale = K ** -0.5 if scale is None else scale
     kda = g.dim() == 4
     seqs = sequences(B, T, cu_seqlens)
-    o = torch.zeros(B, T, HV, V, dtype=torch.float64)
-    final = torch.zeros(len(seqs), HV, K, V, dtype=torch.float64)
-    steps = torch.zeros(B * T, HV, K, V, dtype=torch.float64)
+    f64 = dict(dtype=torch.float64, device=q.device)
+    o = torch.zeros(B, T, HV, V, **f64)
+    final = torch.zeros(len(seqs), HV, K, V, **f64)
+    steps = torch.zeros(B * T, HV, K, V, **f64) if keep_steps else None
     for n, (b, start, end) in enumerate(seqs):
-        S = h0[n].double().clone() if h0 is not None else torch.zeros(HV, K, V, dtype=torch.float64)
+        S = h0[n].to(**f64).clone() if h0 is not None else torch.zeros(HV, K, V, **f64)
         for t in range(start, end):
             qt = q[b, t].repeat_interleave(G, dim=0)
             kt = k[b, t].repeat_interleave(G, dim=0)
@@ -66,7 +67,8 @@ def recurrence(q, k, v, g, beta, scale=None, h0=None, cu_seqlens=None, use_qk_l2
             u = beta[b, t][:, None] * (v[b, t] - torch.einsum("hk,hkv->hv", kt, S))
             S = S + torch.einsum("hk,hv->hkv", kt, u)
             o[b, t] = torch.einsum("hk,hkv->hv", qt * scale, S)
-            steps[b * T + t] = S
+            if keep_steps:
+                steps[b * T + t] = S
         final[n] = S
     return o, final, steps
 

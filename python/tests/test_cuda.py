@@ -1,0 +1,110 @@
+"""CUDA-only behaviour: work runs on torch's current stream, and the calls can be captured in a
+CUDA graph (outputs and workspace from torch's allocator, no synchronisation, no host reads)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import libgdn
+from conftest import DEVICES
+from libgdn import _capi
+
+pytestmark = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a GPU and the CUDA backend")
+
+H, HV, K, V = 2, 4, 128, 128
+
+
+def skip_not_implemented(fn):
+    try:
+        return fn()
+    except libgdn.GDNUnsupportedError as e:
+        if e.status == _capi.GDN_ERR_NOT_IMPLEMENTED:
+            pytest.skip(f"not implemented on CUDA yet: {e}")
+        raise
+
+
+def capture(fn):
+    """Warm up fn on a side stream, then capture it; returns (graph, outputs of the captured run)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def test_side_stream():
+    q = torch.randn(2, 200, H, K, device="cuda", dtype=torch.bfloat16)
+    k = F.normalize(torch.randn(2, 200, H, K, device="cuda"), dim=-1).bfloat16()
+    v = torch.randn(2, 200, HV, V, device="cuda", dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(2, 200, HV, device="cuda"))
+    beta = torch.rand(2, 200, HV, device="cuda")
+    want, want_h = skip_not_implemented(lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta,
+                                                                              output_final_state=True))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o, h = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(o, want) and torch.equal(h, want_h)
+
+
+def test_graph_pool_decode():
+    """vLLM's decode step captured once and replayed on new inputs copied into static buffers."""
+    N, P = 16, 40
+    static = dict(q=torch.randn(1, N, H, K, device="cuda", dtype=torch.bfloat16),
+                  k=torch.randn(1, N, H, K, device="cuda", dtype=torch.bfloat16),
+                  v=torch.randn(1, N, HV, V, device="cuda", dtype=torch.bfloat16),
+                  a=torch.randn(N, HV, device="cuda", dtype=torch.bfloat16),
+                  b=torch.randn(N, HV, device="cuda", dtype=torch.bfloat16),
+                  slots=torch.randperm(P, device="cuda")[:N].to(torch.int32))
+    cu = torch.arange(N + 1, device="cuda", dtype=torch.int32)
+    A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+    pool = torch.randn(P, HV, V, K, device="cuda")
+
+    def step():
+        g, beta = libgdn.fused_gdn_gating(A_log, static["a"], static["b"], dt_bias)
+        o, _ = libgdn.fused_recurrent_gated_delta_rule(
+            static["q"], static["k"], static["v"], g=g, beta=beta, initial_state=pool, cu_seqlens=cu,
+            ssm_state_indices=static["slots"], use_qk_l2norm_in_kernel=True, state_v_first=True)
+        return o
+
+    skip_not_implemented(step)
+    graph, o_static = capture(step)
+    for _ in range(3):
+        for name, t in static.items():
+            t.copy_(torch.randperm(P, device="cuda")[:N].to(torch.int32) if name == "slots"
+                    else torch.randn(t.shape, device="cuda").to(t.dtype))
+        start = pool.clone()
+        graph.replay()
+        after_graph, o_graph = pool.clone(), o_static.clone()
+        pool.copy_(start)
+        o_eager = step()
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, o_eager)
+        assert torch.equal(after_graph, pool)
+
+
+def test_graph_chunk_prefill():
+    """chunk_gated_delta_rule (with its workspace) captured and replayed."""
+    T = 300
+    q = torch.randn(1, T, H, K, device="cuda", dtype=torch.bfloat16)
+    k = F.normalize(torch.randn(1, T, H, K, device="cuda"), dim=-1).bfloat16()
+    v = torch.randn(1, T, HV, V, device="cuda", dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(1, T, HV, device="cuda"))
+    beta = torch.rand(1, T, HV, device="cuda")
+    cu = torch.tensor([0, 100, 101, 300], device="cuda")
+
+    def run():
+        return libgdn.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, output_final_state=True)
+
+    skip_not_implemented(run)
+    graph, (o_static, h_static) = capture(run)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    o, h = run()
+    torch.cuda.synchronize()
+    assert torch.equal(o_static, o) and torch.equal(h_static, h)
