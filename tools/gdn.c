@@ -109,7 +109,7 @@ static float *f32_randn(size_t n, double mean, double std)
 
 typedef struct backend {
     int cuda;
-    char name[96];
+    char name[80];
 } backend;
 
 #ifdef GDN_WITH_CUDA
@@ -195,7 +195,7 @@ static backend pick_backend(void)
         struct cudaDeviceProp prop;
         if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
             bk.cuda = 1;
-            snprintf(bk.name, sizeof bk.name, "cuda (%s)", prop.name);
+            snprintf(bk.name, sizeof bk.name, "cuda (%.60s)", prop.name);
         }
     } else {
         cudaGetLastError();
