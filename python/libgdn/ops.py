@@ -9,6 +9,8 @@ Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's 
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
 """
 
+import warnings
+
 import torch
 
 from . import _capi as C
@@ -26,6 +28,13 @@ def _run(fn_name, size_fn, run_fn, args, device):
     args.workspace_bytes = nbytes.value
     C.check(run_fn(C.ctypes.byref(args)), fn_name)
     del buf  # returned to torch's allocator; on CUDA it stays reserved for this stream's queued work
+
+
+def _forward_only(fn, *tensors):
+    """Warn when autograd would expect gradients: libgdn computes the forward pass only."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        warnings.warn(f"{fn}: libgdn is forward-only; no gradients flow through its outputs "
+                      f"(run under torch.no_grad() / torch.inference_mode() to silence this)", stacklevel=3)
 
 
 def _empty(shape, dtype, device):
@@ -225,6 +234,7 @@ def chunk_gated_delta_rule(
     if cp_context is not None:
         raise NotImplementedError(f"{fn}: context parallelism (cp_context) is not supported by libgdn")
     _need_4d(fn, q=q, k=k, v=v)
+    _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
     if final_state_dtype not in (torch.float32, torch.bfloat16):
@@ -370,6 +380,7 @@ def fused_recurrent_gated_delta_rule(
     state_v_first = _state_v_first(fn, state_v_first, kwargs)
     _check_kwargs(fn, kwargs)
     _need_4d(fn, q=q, k=k, v=v)
+    _forward_only(fn, q, k, v, g, gk, beta, initial_state, A_log, dt_bias)
     if gv is not None:
         raise NotImplementedError(f"{fn}: per-value-channel decays (gv) are not supported by libgdn")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:

@@ -27,6 +27,7 @@ def decode_update(fn, *, A_log, a, dt_bias, softplus_beta, softplus_threshold, q
                   num_accepted_tokens=None, step_states_dtype=None):
     """Shared body of the fused sigmoid-gating decode calls. Returns (o, step_states or None)."""
     _need_4d(fn, q=q, k=k, v=v)
+    _ops._forward_only(fn, q, k, v, a, b, A_log, dt_bias)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device

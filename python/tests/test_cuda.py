@@ -8,6 +8,7 @@ import torch.nn.functional as F
 import libgdn
 from conftest import DEVICES
 from libgdn import _capi
+from reference import rel_err
 
 pytestmark = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a GPU and the CUDA backend")
 
@@ -49,7 +50,7 @@ def test_side_stream():
     with torch.cuda.stream(side):
         o, h = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
     torch.cuda.current_stream().wait_stream(side)
-    assert torch.equal(o, want) and torch.equal(h, want_h)
+    assert rel_err(o, want) < 1e-6 and rel_err(h, want_h) < 1e-6
 
 
 def test_graph_pool_decode():
@@ -84,8 +85,8 @@ def test_graph_pool_decode():
         pool.copy_(start)
         o_eager = step()
         torch.cuda.synchronize()
-        assert torch.equal(o_graph, o_eager)
-        assert torch.equal(after_graph, pool)
+        assert rel_err(o_graph, o_eager) < 1e-6
+        assert rel_err(after_graph, pool) < 1e-6
 
 
 def test_graph_chunk_prefill():
@@ -107,4 +108,4 @@ def test_graph_chunk_prefill():
     graph.replay()
     o, h = run()
     torch.cuda.synchronize()
-    assert torch.equal(o_static, o) and torch.equal(h_static, h)
+    assert rel_err(o_static, o) < 1e-6 and rel_err(h_static, h) < 1e-6

@@ -164,3 +164,12 @@ def test_struct_layout_matches_header():
     os.remove(src)
     os.remove(exe)
     assert got == expected
+
+
+def test_forward_only_warning():
+    q, k, v, g, beta = inputs("cpu")
+    q.requires_grad_(True)
+    with pytest.warns(UserWarning, match="forward-only"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    with torch.no_grad():
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)

@@ -226,10 +226,12 @@ def test_vllm_fused_sigmoid_gating_update(device, gen, mode):
     A_log, dt_bias = (torch.randn(HV, generator=gen).to(device) for _ in range(2))
     pool, storage, pool_kv = padded_pool(P, True, torch.float32, device, gen)
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), device=device)
+    # Keywords exactly as vLLM's Qwen3-Next GDN layer passes them (decode and speculative verify).
     o, ret = vllm_ops.fused_sigmoid_gating_delta_rule_update(
-        A_log, a, b, dt_bias, q, k, v, beta=1.0, threshold=20.0, initial_state=pool,
-        inplace_final_state=mode != "steps", cu_seqlens=cu, ssm_state_indices=torch.tensor(idx, device=device),
-        num_accepted_tokens=None if acc is None else torch.tensor(acc, device=device),
+        A_log=A_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, initial_state=pool,
+        inplace_final_state=mode != "steps", cu_seqlens=cu,
+        ssm_state_indices=torch.tensor(idx, dtype=torch.int32, device=device),
+        num_accepted_tokens=None if acc is None else torch.tensor(acc, dtype=torch.int32, device=device),
         use_qk_l2norm_in_kernel=True)
     ref_o, ref_pool, ref_steps = ref_pool_decode(
         q.cpu(), k.cpu(), v.cpu(), gdn_gate(a.cpu()[None], A_log.cpu(), dt_bias.cpu()),
