@@ -363,10 +363,122 @@ static int test_gating_in_kernel_vs_precomputed(void)
     return TU_PASS;
 }
 
+/* Decays from ~0 (long memory: the state keeps growing) to -20 (forget at once), and a chunked
+ * path's cumulative decays over whole chunks down to ~-1300. */
+static int test_extreme_gates(void)
+{
+    const float means[] = {6.0f, 0.0f, -3.0f}, stds[] = {1.0f, 8.0f, 1.0f};
+    for (int i = 0; i < 3; i++) {
+        for (int kda = 0; kda < 2; kda++) {
+            tu_case_config c = defaults(1100 + (uint64_t)(2 * i + kda));
+            c.T = 200;
+            c.gate_mean = means[i];
+            c.gate_std = stds[i];
+            c.kind = kda ? GDN_GATE_KDA : GDN_GATE_GDN;
+            run_case(&c);
+        }
+    }
+    return TU_PASS;
+}
+
+static int test_long_and_wide(void)
+{
+    tu_case_config c = defaults(1200);
+    c.B = 1;
+    c.T = 1000;
+    c.HV = 2;
+    c.H = 1;
+    run_case(&c);
+    c = defaults(1201);
+    c.nseq = 3;
+    memcpy(c.seqlens, (int32_t[]){700, 1, 300}, 3 * sizeof(int32_t));
+    c.H = 1;
+    c.HV = 2;
+    c.layout = GDN_STATE_VK;
+    c.gate_mean = 4.0f;
+    run_case(&c);
+    c = defaults(1202);
+    c.K = 256;
+    c.V = 256;
+    c.T = 130;
+    c.B = 1;
+    run_case(&c);
+    c = defaults(1203);
+    c.K = 256;
+    c.V = 128;
+    c.T = 70;
+    c.B = 1;
+    c.kind = GDN_GATE_KDA;
+    c.dtype = GDN_DTYPE_BF16;
+    run_case(&c);
+    return TU_PASS;
+}
+
+/* Zero tokens in total: o is empty and every final state equals its initial state. */
+static int test_empty_batch(void)
+{
+    for (int h0 = 0; h0 < 2; h0++) {
+        tu_case_config c = defaults(1300 + (uint64_t)h0);
+        c.nseq = 3;
+        c.initial_state = h0;
+        run_case(&c);
+    }
+    return TU_PASS;
+}
+
+/* The CPU backend splits work over threads; the result must not depend on how many. */
+static int test_thread_count_invariance(void)
+{
+    tu_case_config cfg = defaults(1400);
+    cfg.nseq = 5;
+    memcpy(cfg.seqlens, (int32_t[]){64, 3, 130, 0, 77}, 5 * sizeof(int32_t));
+    cfg.kind = GDN_GATE_KDA;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    size_t n_o = (size_t)(c.c.B * c.c.T * c.c.HV * c.c.V), n_s = (size_t)c.state_numel;
+    float *o1 = tu_alloc(n_o * sizeof(float)), *s1 = tu_alloc(n_s * sizeof(float));
+    int before = gdn_get_num_threads();
+    const int counts[] = {1, 3, 8};
+    for (int op = 0; op < 2; op++) {
+        for (int i = 0; i < 3; i++) {
+            gdn_set_num_threads(counts[i]);
+            tu_expect(gdn_get_num_threads() == counts[i], "gdn_get_num_threads() = %d after setting %d",
+                      gdn_get_num_threads(), counts[i]);
+            tu_case_poison(&c);
+            gdn_status st;
+            if (op == 0) {
+                gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
+                st = gdn_chunk_fwd(&a);
+            } else {
+                gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+                st = gdn_recurrent_fwd(&a);
+            }
+            tu_expect(st == GDN_OK, "threads %d: %s", counts[i], gdn_last_error());
+            if (i == 0) {
+                memcpy(o1, c.o, n_o * sizeof(float));
+                memcpy(s1, c.ht, n_s * sizeof(float));
+                continue;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s o, %d threads vs 1", op ? "recurrent" : "chunk", counts[i]);
+            tu_check(what, tu_compare(c.o, GDN_DTYPE_F32, o1, GDN_DTYPE_F32, n_o), 0.0);
+            snprintf(what, sizeof what, "%s ht, %d threads vs 1", op ? "recurrent" : "chunk", counts[i]);
+            tu_check(what, tu_compare(c.ht, GDN_DTYPE_F32, s1, GDN_DTYPE_F32, n_s), 0.0);
+        }
+    }
+    gdn_set_num_threads(0);
+    tu_expect(gdn_get_num_threads() >= 1, "gdn_set_num_threads(0) resets to a positive default");
+    gdn_set_num_threads(before);
+    free(o1);
+    free(s1);
+    tu_case_free(&c);
+    return TU_PASS;
+}
+
 static int test_random_combos(void)
 {
     tu_rng r = tu_rng_make(1000);
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 24; i++) {
         tu_case_config c = defaults(1000 + (uint64_t)i);
         c.H = tu_rng_int(&r, 1, 2);
         c.HV = c.H * (int64_t[]){1, 2, 4}[tu_rng_int(&r, 0, 2)];
@@ -384,6 +496,7 @@ static int test_random_combos(void)
             c.lower_bound = -(float)tu_rng_uniform(&r) * 5.0f;
         if (c.raw_gates)
             c.allow_neg_eigval = tu_rng_int(&r, 0, 3) == 0;
+        c.gate_mean = (float)tu_rng_int(&r, -2, 5);
         if (tu_rng_int(&r, 0, 1)) {
             c.nseq = (int)tu_rng_int(&r, 1, 5);
             for (int n = 0; n < c.nseq; n++)
@@ -412,6 +525,10 @@ int main(int argc, char **argv)
         {"ops_initial_state_l2norm_scale", test_initial_state_and_l2norm},
         {"ops_kda", test_kda},
         {"ops_gating_in_kernel_vs_precomputed", test_gating_in_kernel_vs_precomputed},
+        {"ops_extreme_gates", test_extreme_gates},
+        {"ops_long_and_wide", test_long_and_wide},
+        {"ops_empty_batch", test_empty_batch},
+        {"ops_thread_count_invariance", test_thread_count_invariance},
         {"ops_random_combos", test_random_combos},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);

@@ -595,9 +595,12 @@ void tu_case_init(tu_case *c, const tu_case_config *cfg)
             c->g[i] = (float)c->g64[i];
         }
     } else {
-        tu_fill_logsigmoid_normal(c->g, ng, &rng);
-        for (size_t i = 0; i < ng; i++)
+        double std = k->gate_std != 0 ? k->gate_std : 1.0;
+        for (size_t i = 0; i < ng; i++) {
+            double z = k->gate_mean + std * tu_rng_normal(&rng);
+            c->g[i] = (float)(z < 0 ? z - log1p(exp(z)) : -log1p(exp(-z)));
             c->g64[i] = c->g[i];
+        }
     }
 
     {

@@ -173,6 +173,9 @@ typedef struct tu_case_config {
     int allow_neg_eigval;        /* raw gates only */
     float scale;                 /* 0: K^-0.5 */
     uint64_t seed;
+    /* precomputed gates: g = logsigmoid(gate_mean + gate_std * randn), gate_std 0 meaning 1;
+     * gate_mean 6 gives long memory (g ~ -0.0025), gate_std 8 a mix of ~0 and -20 */
+    float gate_mean, gate_std;
 } tu_case_config;
 
 /* All buffers contiguous. Inputs exist in their call dtype and as float64 copies of the very same

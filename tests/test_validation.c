@@ -612,6 +612,35 @@ static int test_gating_errors(void)
     return TU_PASS;
 }
 
+/* Version, status strings, dtype sizes, gdn_tensor_make. */
+static int test_api_misc(void)
+{
+    tu_expect(gdn_version_number() == GDN_VERSION_NUMBER, "gdn_version_number() = %d, header says %d",
+              gdn_version_number(), GDN_VERSION_NUMBER);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", GDN_VERSION_MAJOR, GDN_VERSION_MINOR, GDN_VERSION_PATCH);
+    tu_expect(strcmp(gdn_version_string(), want) == 0, "gdn_version_string() = \"%s\", want \"%s\"",
+              gdn_version_string(), want);
+    for (int st = GDN_OK; st <= GDN_ERR_INTERNAL; st++) {
+        const char *s = gdn_status_string((gdn_status)st);
+        tu_expect(s && s[0], "gdn_status_string(%d) is empty", st);
+    }
+    tu_expect(strstr(gdn_status_string(GDN_ERR_INVALID_ARGUMENT), "INVALID_ARGUMENT") != NULL,
+              "status string of GDN_ERR_INVALID_ARGUMENT: %s", gdn_status_string(GDN_ERR_INVALID_ARGUMENT));
+    tu_expect(gdn_status_string((gdn_status)99) != NULL, "gdn_status_string(99) is NULL");
+    tu_expect(gdn_dtype_size(GDN_DTYPE_F32) == 4 && gdn_dtype_size(GDN_DTYPE_BF16) == 2 &&
+                  gdn_dtype_size(GDN_DTYPE_F16) == 2 && gdn_dtype_size(GDN_DTYPE_I32) == 4 &&
+                  gdn_dtype_size(GDN_DTYPE_F64) == 8 && gdn_dtype_size((gdn_dtype)9) == 0,
+              "gdn_dtype_size");
+    int64_t shape[4] = {2, 3, 4, 5};
+    gdn_tensor t = gdn_tensor_make(X.q, GDN_DTYPE_BF16, GDN_DEVICE_CPU, 0, 4, shape);
+    tu_expect(t.data == X.q && t.dtype == GDN_DTYPE_BF16 && t.rank == 4 && t.stride[0] == 60 && t.stride[1] == 20 &&
+                  t.stride[2] == 5 && t.stride[3] == 1 && t.shape[2] == 4,
+              "gdn_tensor_make: rank %d strides %lld %lld %lld %lld", t.rank, (long long)t.stride[0],
+              (long long)t.stride[1], (long long)t.stride[2], (long long)t.stride[3]);
+    return TU_PASS;
+}
+
 int main(int argc, char **argv)
 {
     float **bufs[] = {&X.q, &X.k, &X.v, &X.o, &X.g, &X.beta, &X.a, &X.A_log, &X.dt_bias, &X.h0, &X.ht,
@@ -624,6 +653,7 @@ int main(int argc, char **argv)
     tu_fill_logsigmoid_normal(X.g, BIG, &r);
     tu_fill_uniform(X.beta, BIG, &r, 0.0f, 1.0f);
     static const tu_test tests[] = {
+        {"validation_api_misc", test_api_misc},
         {"validation_baseline_valid", test_baseline_valid},
         {"validation_null_args", test_null_args},
         {"validation_common_chunk", test_common_errors_chunk},
