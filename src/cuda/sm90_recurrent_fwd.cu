@@ -140,6 +140,7 @@ extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     prm.num_accepted_tokens = p->num_accepted_tokens;
     prm.inplace_state = p->inplace_state && p->state_indices;
     prm.null_slot_zero = p->null_slot_zero;
+    prm.prefetch_tokens = 8;
 
     switch (p->K) {
     case 64: return dispatch_state<64>(prm, p);

@@ -24,6 +24,9 @@
 
 #include "sm90_recurrent_util.cuh"
 
+/* Internal linkage: the library and the benchmark each compile their own copy. */
+namespace {
+
 constexpr int kLanesPerRow = 8;
 
 /* Rows a lane works at once: about 32 state values in registers for f32 (8 x 16-byte loads in
@@ -119,7 +122,11 @@ __global__ void __launch_bounds__(128) recurrent_fwd_kernel(const RecurrentParam
         }
     }
 
-    /* Token inputs are loaded one token ahead of their use. */
+    /* The token loop's loads would each wait a full memory round trip: pull the first tokens'
+     * inputs into L1 now, while the state loads are in flight. */
+    for (int64_t t = 0; t < len && t < p.prefetch_tokens; t++)
+        prefetch_token<InT, RPL, VE, NV>(p, b, bos + t, h, hv, rows, row_ok, gl);
+
     for (int64_t t = 0; t < len; t++) {
         const int64_t tok = bos + t;
         TokenIn<EPL, RPL> cur;
@@ -203,5 +210,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_kernel(const RecurrentParam
     if (p.inplace_state && !p.idx_2d && src)
         store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
 }
+
+} /* namespace */
 
 #endif /* GDN_SM90_RECURRENT_KERNEL_CUH */

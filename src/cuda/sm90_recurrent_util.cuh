@@ -7,6 +7,9 @@
 
 #include "cuda_common.cuh"
 
+/* Internal linkage: the library and the benchmark each compile their own copy. */
+namespace {
+
 /* Strides (elements) of one state tensor, whatever its layout. */
 struct StateStrides {
     int64_t s0; /* slot or sequence (or packed token, for step_states) */
@@ -56,6 +59,7 @@ struct RecurrentParams {
     const int32_t *num_accepted_tokens; /* [N] or NULL */
     int inplace_state;
     int null_slot_zero;
+    int prefetch_tokens;                /* tokens whose inputs are prefetched into L1 up front */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
@@ -178,6 +182,44 @@ __device__ __forceinline__ void load_token(const RecurrentParams &p, int64_t b, 
     in.beta = beta;
 }
 
+__device__ __forceinline__ int64_t dtype_bytes(gdn_dtype dt)
+{
+    return dt == GDN_DTYPE_F32 ? 4 : 2;
+}
+
+__device__ __forceinline__ void prefetch_l1(const void *ptr)
+{
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
+}
+
+/* The lines load_token will read for token t. */
+template <typename InT, int RPL, int VE, int NV>
+__device__ __forceinline__ void prefetch_token(const RecurrentParams &p, int64_t b, int64_t t, int64_t h, int64_t hv,
+                                               const int64_t *rows, const bool *row_ok, int gl)
+{
+    const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
+    const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+        const int64_t key = (int64_t)(c * 8 + gl) * VE;
+        prefetch_l1(q + key * p.q_s[3]);
+        prefetch_l1(k + key * p.k_s[3]);
+    }
+    const InT *v = (const InT *)p.v + b * p.v_s[0] + t * p.v_s[1] + hv * p.v_s[2];
+#pragma unroll
+    for (int r = 0; r < RPL; r++)
+        if (row_ok[r])
+            prefetch_l1(v + rows[r] * p.v_s[3]);
+    if (gl == 0) {
+        if (p.g)
+            prefetch_l1(p.g + b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]);
+        else
+            prefetch_l1((const char *)p.a + (b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]) * dtype_bytes(p.a_dtype));
+        prefetch_l1((const char *)p.beta +
+                    (b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]) * dtype_bytes(p.beta_dtype));
+    }
+}
+
 /* A skipped sequence: zero its outputs (o, final_state, step_states), touch nothing else. */
 template <typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC>
 __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int64_t *rows, const bool *row_ok, int gl,
@@ -204,5 +246,7 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int
     if (p.final_state)
         store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, rows, row_ok, gl, z);
 }
+
+} /* namespace */
 
 #endif /* GDN_SM90_RECURRENT_UTIL_CUH */

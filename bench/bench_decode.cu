@@ -1,0 +1,495 @@
+/*
+ * bench_decode.cu - decode / multi-token verify benchmark of gdn_recurrent_fwd on CUDA.
+ *
+ * Shape of the issue: H = 16, HV = 32, K = V = 128, bf16 q/k/v, q/k l2 norm in-kernel, gating from
+ * raw a / b / A_log / dt_bias in-kernel, a state pool [B, HV, V, K] (VK) updated in place through
+ * 1-D state_indices, as serving engines call it. For state f32 and bf16, T in {1, 2, 4, 8},
+ * B in {1, 8, 32, 64, 128, 256, 512}:
+ *   - time per call under CUDA graph replay, hot (one buffer set: small states sit in L2) and
+ *     cold (rotating buffer sets together larger than 3x L2);
+ *   - effective bandwidth over every byte that must move (state read + write, q/k/v/o, a/b,
+ *     A_log/dt_bias, indices) and its fraction of the copy ceiling: a 1 GiB device-to-device
+ *     copy timed with events outside graph replay (under replay it reads lower and would flatter).
+ * Before timing, it checks one small case of each state dtype against the CPU backend.
+ * With --variants it also times tile shapes the launcher does not pick (rows per lane, warps per
+ * CTA) by launching the kernel template directly.
+ *
+ * Output: a human table on stdout, and with --tsv FILE one line per measurement
+ * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
+ * Build: see scripts/device_decode.sh (nvcc, links the library's objects).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gdn.h"
+#include "cuda/sm90_recurrent_kernel.cuh"
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                 \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+static const int64_t H = 16, HV = 32, K = 128, V = 128;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random device fills (a hash of the index: no generator state, any size)                     */
+
+__device__ float hash_uniform(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + i;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+template <typename T> __global__ void fill_kernel(T *x, int64_t n, uint64_t seed, float amp)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        /* sum of three uniforms: roughly normal, std amp */
+        float u = hash_uniform(seed, 3 * i) + hash_uniform(seed, 3 * i + 1) + hash_uniform(seed, 3 * i + 2);
+        x[i] = gdn_from_f32<T>(u * amp);
+    }
+}
+
+__global__ void iota_kernel(int32_t *x, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = (int32_t)i;
+}
+
+template <typename T> static void fill(T *x, int64_t n, uint64_t seed, float amp)
+{
+    fill_kernel<T><<<1024, 256>>>(x, n, seed, amp);
+    CK(cudaGetLastError());
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One set of buffers for one call                                                             */
+
+struct Set {
+    int64_t B, T;
+    gdn_dtype sd;
+    __nv_bfloat16 *q, *k, *v, *o;
+    float *a, *b, *A_log, *dt_bias;
+    void *pool;
+    int32_t *idx;
+};
+
+static size_t state_elems(int64_t B) { return (size_t)(B * HV * V * K); }
+
+static Set make_set(int64_t B, int64_t T, gdn_dtype sd, uint64_t seed)
+{
+    Set s;
+    s.B = B, s.T = T, s.sd = sd;
+    size_t nqk = (size_t)(B * T * H * K), nv = (size_t)(B * T * HV * V), ng = (size_t)(B * T * HV);
+    CK(cudaMalloc(&s.q, nqk * 2));
+    CK(cudaMalloc(&s.k, nqk * 2));
+    CK(cudaMalloc(&s.v, nv * 2));
+    CK(cudaMalloc(&s.o, nv * 2));
+    CK(cudaMalloc(&s.a, ng * 4));
+    CK(cudaMalloc(&s.b, ng * 4));
+    CK(cudaMalloc(&s.A_log, HV * 4));
+    CK(cudaMalloc(&s.dt_bias, HV * 4));
+    CK(cudaMalloc(&s.pool, state_elems(B) * gdn_dtype_size(sd)));
+    CK(cudaMalloc(&s.idx, (size_t)B * 4));
+    fill(s.q, (int64_t)nqk, seed + 1, 0.6f);
+    fill(s.k, (int64_t)nqk, seed + 2, 0.6f);
+    fill(s.v, (int64_t)nv, seed + 3, 0.6f);
+    fill(s.a, (int64_t)ng, seed + 4, 0.6f);
+    fill(s.b, (int64_t)ng, seed + 5, 0.6f);
+    fill(s.A_log, HV, seed + 6, 0.3f);
+    fill(s.dt_bias, HV, seed + 7, 0.3f);
+    if (sd == GDN_DTYPE_F32)
+        fill((float *)s.pool, (int64_t)state_elems(B), seed + 8, 0.05f);
+    else
+        fill((__nv_bfloat16 *)s.pool, (int64_t)state_elems(B), seed + 8, 0.05f);
+    iota_kernel<<<64, 256>>>(s.idx, B);
+    CK(cudaGetLastError());
+    return s;
+}
+
+static void free_set(Set &s)
+{
+    void *ps[] = {s.q, s.k, s.v, s.o, s.a, s.b, s.A_log, s.dt_bias, s.pool, s.idx};
+    for (void *p : ps)
+        CK(cudaFree(p));
+}
+
+/* Bytes a call must move at least. */
+static double call_bytes(int64_t B, int64_t T, gdn_dtype sd)
+{
+    double st = 2.0 * (double)state_elems(B) * (double)gdn_dtype_size(sd);
+    double io = (double)(B * T) * (2.0 * H * K * 2 + 2.0 * HV * V * 2 + 2.0 * HV * 4);
+    return st + io + 2.0 * HV * 4 + B * 4.0;
+}
+
+/* Arguments for a set, with the given pointers (device or host copies of the same layout). */
+static gdn_recurrent_fwd_args make_args(const Set &s, gdn_device_type dev, void *q, void *k, void *v, void *o,
+                                        void *a, void *b, void *A_log, void *dt_bias, void *pool, void *idx,
+                                        cudaStream_t stream)
+{
+    gdn_recurrent_fwd_args x;
+    memset(&x, 0, sizeof x);
+    int64_t qs[4] = {s.B, s.T, H, K}, vs[4] = {s.B, s.T, HV, V}, gs[3] = {s.B, s.T, HV}, hs[1] = {HV};
+    int64_t ps[4] = {s.B, HV, V, K}, is[1] = {s.B};
+    x.q = gdn_tensor_make(q, GDN_DTYPE_BF16, dev, 0, 4, qs);
+    x.k = gdn_tensor_make(k, GDN_DTYPE_BF16, dev, 0, 4, qs);
+    x.v = gdn_tensor_make(v, GDN_DTYPE_BF16, dev, 0, 4, vs);
+    x.o = gdn_tensor_make(o, GDN_DTYPE_BF16, dev, 0, 4, vs);
+    x.gate.kind = GDN_GATE_GDN;
+    x.gate.a = gdn_tensor_make(a, GDN_DTYPE_F32, dev, 0, 3, gs);
+    x.gate.A_log = gdn_tensor_make(A_log, GDN_DTYPE_F32, dev, 0, 1, hs);
+    x.gate.dt_bias = gdn_tensor_make(dt_bias, GDN_DTYPE_F32, dev, 0, 1, hs);
+    x.gate.beta = gdn_tensor_make(b, GDN_DTYPE_F32, dev, 0, 3, gs);
+    x.gate.beta_from_logits = 1;
+    x.use_qk_l2norm = 1;
+    x.state_layout = GDN_STATE_VK;
+    x.state = gdn_tensor_make(pool, s.sd, dev, 0, 4, ps);
+    x.state_indices = gdn_tensor_make(idx, GDN_DTYPE_I32, dev, 0, 1, is);
+    x.inplace_state = 1;
+    x.stream = stream;
+    return x;
+}
+
+static gdn_recurrent_fwd_args set_args(const Set &s, cudaStream_t stream)
+{
+    return make_args(s, GDN_DEVICE_CUDA, s.q, s.k, s.v, s.o, s.a, s.b, s.A_log, s.dt_bias, s.pool, s.idx, stream);
+}
+
+static void api_call(const gdn_recurrent_fwd_args &x)
+{
+    gdn_status st = gdn_recurrent_fwd(&x);
+    if (st != GDN_OK) {
+        fprintf(stderr, "gdn_recurrent_fwd: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+        exit(1);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Correctness: one call on the device against the CPU backend on copies of the same inputs     */
+
+static void *to_host(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes);
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static double rel_rms(const void *x, const void *ref, size_t n, gdn_dtype dt)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a, b;
+        if (dt == GDN_DTYPE_F32) {
+            a = ((const float *)x)[i], b = ((const float *)ref)[i];
+        } else {
+            uint32_t ua = (uint32_t)((const uint16_t *)x)[i] << 16, ub = (uint32_t)((const uint16_t *)ref)[i] << 16;
+            float fa, fb;
+            memcpy(&fa, &ua, 4), memcpy(&fb, &ub, 4);
+            a = fa, b = fb;
+        }
+        if (!isfinite(a))
+            return INFINITY;
+        num += (a - b) * (a - b), den += b * b;
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static int check_case(gdn_dtype sd, int64_t B, int64_t T)
+{
+    Set s = make_set(B, T, sd, 99 + (uint64_t)T);
+    CK(cudaDeviceSynchronize());
+    size_t nqk = (size_t)(B * T * H * K) * 2, nv = (size_t)(B * T * HV * V) * 2, ng = (size_t)(B * T * HV) * 4;
+    size_t np = state_elems(B) * gdn_dtype_size(sd);
+    void *hq = to_host(s.q, nqk), *hk = to_host(s.k, nqk), *hv = to_host(s.v, nv), *ha = to_host(s.a, ng),
+         *hb = to_host(s.b, ng), *hA = to_host(s.A_log, HV * 4), *hdt = to_host(s.dt_bias, HV * 4),
+         *hpool = to_host(s.pool, np), *hidx = to_host(s.idx, (size_t)B * 4);
+    void *ho = calloc(nv, 1);
+    api_call(set_args(s, 0));
+    CK(cudaDeviceSynchronize());
+    void *do_ = to_host(s.o, nv), *dpool = to_host(s.pool, np);
+    gdn_recurrent_fwd_args x = make_args(s, GDN_DEVICE_CPU, hq, hk, hv, ho, ha, hb, hA, hdt, hpool, hidx, 0);
+    gdn_status st = gdn_recurrent_fwd(&x);
+    double eo = st == GDN_OK ? rel_rms(do_, ho, nv / 2, GDN_DTYPE_BF16) : INFINITY;
+    double es = st == GDN_OK ? rel_rms(dpool, hpool, np / gdn_dtype_size(sd), sd) : INFINITY;
+    double tol_o = 1e-2, tol_s = sd == GDN_DTYPE_F32 ? 1e-4 : 1e-2;
+    int ok = eo <= tol_o && es <= tol_s;
+    printf("check vs CPU backend: state %s B=%lld T=%lld: o rel %.2e, state rel %.2e  %s\n",
+           sd == GDN_DTYPE_F32 ? "f32" : "bf16", (long long)B, (long long)T, eo, es, ok ? "ok" : "FAIL");
+    void *hs[] = {hq, hk, hv, ha, hb, hA, hdt, hpool, hidx, ho, do_, dpool};
+    for (void *p : hs)
+        free(p);
+    free_set(s);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Timing                                                                                      */
+
+/* Median time per launch (us) of `n` launches captured in one graph, over `reps` replays. */
+template <typename F> static double time_graph(cudaStream_t stream, int n, int reps, F launch)
+{
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; i++)
+        launch(i);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, stream)); /* warm-up */
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, stream));
+        CK(cudaGraphLaunch(exec, stream));
+        CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return 1000.0 * ms[ms.size() / 2] / n;
+}
+
+/* Copy ceiling: 1 GiB device-to-device, events around each copy outside any graph. */
+static double copy_gbps(cudaStream_t stream, bool graph)
+{
+    size_t bytes = (size_t)1 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 1, bytes));
+    double us;
+    if (graph) {
+        us = time_graph(stream, 4, 7, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
+    } else {
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int r = 0; r < 12; r++) {
+            CK(cudaEventRecord(e0, stream));
+            CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float t;
+            CK(cudaEventElapsedTime(&t, e0, e1));
+            if (r >= 2)
+                ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        us = 1000.0 * ms[ms.size() / 2];
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * (double)bytes / (us * 1e3);
+}
+
+/* Launches per graph: about 3 ms of work, at least 8. */
+static int launches_for(double est_us)
+{
+    int n = (int)(3000.0 / (est_us > 1.0 ? est_us : 1.0));
+    return n < 8 ? 8 : (n > 400 ? 400 : n);
+}
+
+static double est_us(int64_t B, int64_t T, gdn_dtype sd) { return 2.0 + call_bytes(B, T, sd) / 2.5e6 + T; }
+
+/* Hot and cold time per call through the public API. */
+static void time_api(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, double *hot, double *cold)
+{
+    double set_bytes = call_bytes(B, T, sd);
+    int nsets = (int)ceil(3.0 * (double)l2 / set_bytes);
+    nsets = nsets < 1 ? 1 : nsets;
+    std::vector<Set> sets;
+    std::vector<gdn_recurrent_fwd_args> args;
+    for (int i = 0; i < nsets; i++) {
+        sets.push_back(make_set(B, T, sd, 1000 + (uint64_t)i));
+        args.push_back(set_args(sets.back(), stream));
+    }
+    CK(cudaDeviceSynchronize());
+    int n = launches_for(est_us(B, T, sd));
+    *hot = time_graph(stream, n, 7, [&](int) { api_call(args[0]); });
+    int nc = std::max(n, std::min(nsets, 400));
+    *cold = time_graph(stream, nc, 7, [&](int i) { api_call(args[i % nsets]); });
+    for (Set &s : sets)
+        free_set(s);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tile variants, launched directly (state pool VK, in place, shape of the issue)              */
+
+static RecurrentParams variant_params(const Set &s)
+{
+    RecurrentParams p;
+    memset(&p, 0, sizeof p);
+    p.T = s.T, p.HV = HV, p.G = HV / H, p.V = V, p.N = s.B;
+    p.q = s.q, p.k = s.k, p.v = s.v, p.o = s.o;
+    int64_t qk[4] = {s.T * H * K, H * K, K, 1}, vo[4] = {s.T * HV * V, HV * V, V, 1};
+    memcpy(p.q_s, qk, sizeof qk), memcpy(p.k_s, qk, sizeof qk);
+    memcpy(p.v_s, vo, sizeof vo), memcpy(p.o_s, vo, sizeof vo);
+    p.a = s.a, p.a_dtype = GDN_DTYPE_F32;
+    int64_t gs[3] = {s.T * HV, HV, 1};
+    memcpy(p.a_s, gs, sizeof gs), memcpy(p.beta_s, gs, sizeof gs);
+    p.A_log = s.A_log, p.dt_bias = s.dt_bias, p.dt_s = 1;
+    p.softplus_beta = 1.0f, p.softplus_threshold = 20.0f;
+    p.beta = s.b, p.beta_dtype = GDN_DTYPE_F32, p.beta_from_logits = 1;
+    p.scale = 1.0f / sqrtf((float)K), p.use_qk_l2norm = 1;
+    p.state_in = s.pool;
+    p.st_in = StateStrides{HV * V * K, V * K, 1, K};
+    p.num_slots = s.B;
+    p.state_indices = s.idx, p.idx_s_n = 1, p.idx_cols = 1;
+    p.inplace_state = 1;
+    p.prefetch_tokens = 8;
+    return p;
+}
+
+template <typename StateT, int RPL>
+static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2, int prefetch = 8)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    double set_bytes = call_bytes(B, T, sd);
+    int nsets = std::max(1, (int)ceil(3.0 * (double)l2 / set_bytes));
+    std::vector<Set> sets;
+    std::vector<RecurrentParams> prm;
+    for (int i = 0; i < nsets; i++) {
+        sets.push_back(make_set(B, T, sd, 2000 + (uint64_t)i));
+        prm.push_back(variant_params(sets.back()));
+        prm.back().prefetch_tokens = prefetch;
+    }
+    CK(cudaDeviceSynchronize());
+    const int64_t rows_per_cta = 4 * RPL * warps;
+    const unsigned blocks = (unsigned)(B * HV * ((V + rows_per_cta - 1) / rows_per_cta));
+    int n = std::max(launches_for(est_us(B, T, sd)), std::min(nsets, 400));
+    double us = time_graph(stream, n, 7, [&](int i) {
+        recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true>
+            <<<blocks, 32 * warps, 0, stream>>>(prm[(size_t)(i % nsets)]);
+        CK(cudaGetLastError());
+    });
+    for (Set &s : sets)
+        free_set(s);
+    return us;
+}
+
+static void run_variants(cudaStream_t stream, size_t l2, double copy)
+{
+    printf("\ntile variants (cold, us; %% of copy): state T B | RPL x warps ...\n");
+    const int64_t cases[][2] = {{1, 1}, {8, 1}, {64, 1}, {512, 1}, {256, 4}, {256, 8}};
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (const auto &c : cases) {
+            int64_t B = c[0], T = c[1];
+            gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+            double bytes = call_bytes(B, T, sd);
+            printf("variant %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
+            for (int w : {1, 2, 4}) {
+                double us[3];
+                if (sdi == 0) {
+                    us[0] = time_variant<float, 1>(stream, B, T, w, l2);
+                    us[1] = time_variant<float, 2>(stream, B, T, w, l2);
+                    us[2] = time_variant<float, 4>(stream, B, T, w, l2);
+                } else {
+                    us[0] = time_variant<__nv_bfloat16, 1>(stream, B, T, w, l2);
+                    us[1] = time_variant<__nv_bfloat16, 2>(stream, B, T, w, l2);
+                    us[2] = time_variant<__nv_bfloat16, 4>(stream, B, T, w, l2);
+                }
+                for (int r = 0; r < 3; r++)
+                    printf(" %dx%d %.2f (%.0f%%)", 1 << r, w, us[r], 100.0 * bytes / (us[r] * 1e3) / copy);
+            }
+            if (T > 1) {
+                printf(" | no prefetch, 4 warps:");
+                double us[3];
+                if (sdi == 0) {
+                    us[0] = time_variant<float, 1>(stream, B, T, 4, l2, 0);
+                    us[1] = time_variant<float, 2>(stream, B, T, 4, l2, 0);
+                    us[2] = time_variant<float, 4>(stream, B, T, 4, l2, 0);
+                } else {
+                    us[0] = time_variant<__nv_bfloat16, 1>(stream, B, T, 4, l2, 0);
+                    us[1] = time_variant<__nv_bfloat16, 2>(stream, B, T, 4, l2, 0);
+                    us[2] = time_variant<__nv_bfloat16, 4>(stream, B, T, 4, l2, 0);
+                }
+                for (int r = 0; r < 3; r++)
+                    printf(" %dx4 %.2f", 1 << r, us[r]);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    const char *tsv_path = NULL;
+    bool variants = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
+            tsv_path = argv[++i];
+        else if (!strcmp(argv[i], "--variants"))
+            variants = true;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    size_t l2 = (size_t)prop.l2CacheSize;
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, l2 / 1e6);
+
+    double copy = copy_gbps(stream, false), copy_graph = copy_gbps(stream, true);
+    printf("copy ceiling: 1 GiB D2D %.0f GB/s with events (the reference), %.0f GB/s under graph replay\n", copy,
+           copy_graph);
+
+    int ok = 1;
+    for (gdn_dtype sd : {GDN_DTYPE_F32, GDN_DTYPE_BF16})
+        for (int64_t T : {1, 4})
+            ok &= check_case(sd, 3, T);
+    if (!ok) {
+        printf("correctness check failed: not timing\n");
+        return 1;
+    }
+
+    FILE *tsv = tsv_path ? fopen(tsv_path, "w") : NULL;
+    if (tsv)
+        fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f\nstate\tT\tB\thot_us\tcold_us\tbytes\n", copy, copy_graph);
+    printf("\n%-5s %2s %4s %10s %10s %9s %7s\n", "state", "T", "B", "hot us", "cold us", "cold GB/s", "% copy");
+    for (gdn_dtype sd : {GDN_DTYPE_F32, GDN_DTYPE_BF16}) {
+        for (int64_t T : {1, 2, 4, 8}) {
+            for (int64_t B : {1, 8, 32, 64, 128, 256, 512}) {
+                double hot, cold;
+                time_api(stream, B, T, sd, l2, &hot, &cold);
+                double bytes = call_bytes(B, T, sd);
+                printf("%-5s %2lld %4lld %10.2f %10.2f %9.0f %6.1f%%\n", sd == GDN_DTYPE_F32 ? "f32" : "bf16",
+                       (long long)T, (long long)B, hot, cold, bytes / (cold * 1e3), 100.0 * bytes / (cold * 1e3) / copy);
+                fflush(stdout);
+                if (tsv)
+                    fprintf(tsv, "%s\t%lld\t%lld\t%.3f\t%.3f\t%.0f\n", sd == GDN_DTYPE_F32 ? "f32" : "bf16",
+                            (long long)T, (long long)B, hot, cold, bytes);
+            }
+        }
+    }
+    if (tsv)
+        fclose(tsv);
+    if (variants)
+        run_variants(stream, l2, copy);
+    CK(cudaStreamDestroy(stream));
+    return 0;
+}
