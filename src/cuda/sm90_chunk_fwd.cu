@@ -1,16 +1,732 @@
 /*
- * sm90_chunk_fwd.cu - chunked forward (prefill) on Hopper.
+ * sm90_chunk_fwd.cu - chunked forward (prefill) of GDN on Hopper tensor cores (mma.sync, bf16 /
+ * f16 operands, f32 accumulation), chunk C = 64, following the chunked form of GDN_MATH.md with
+ * Vnew = T diag(beta) (V - exp(Gam) K S), T = (I + A)^-1, so that W and U are never formed.
+ *
+ * Two kernels:
+ *   chunk_prep  one CTA (4 warps) per (chunk, value head), all chunks in parallel. Everything of a
+ *               chunk that does not depend on the state: gates and their cumsum Gam, q/k L2 norms
+ *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 by
+ *               blocked forward substitution in f32, and the masked, decayed Q K^T. Writes per
+ *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
+ *               already in the consumer's swizzled shared-memory layout) and f32 row factors.
+ *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns); warp w owns 16 value
+ *               columns and keeps S^T (16 x K, f32) in mma accumulator registers across chunks,
+ *               so the warps of a CTA never exchange data: they only share the Q, K, V, Tb, Pm
+ *               tiles, loaded by cp.async two stages deep. Per chunk and warp (M = value rows):
+ *                 Y^T  = S^T K^T          X^T = V^T - ck * Y^T   (f32, one rounding)
+ *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
+ *                 S^T  = gC * S^T + (Vn^T * cu) K
+ *               Accumulators feed the next product as A fragments directly (see sm90_chunk_mma.cuh).
+ *
+ * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
+ * starts at slot floor(cu[n] / 64) + n, which leaves room for its ceil(len / 64) chunks; the
+ * workspace holds floor(T / 64) + N + 1 slots per value head. cu_seqlens is read on the device only
+ * and clamped into [0, T]. No atomics: results are bitwise reproducible.
  */
 #include "cuda_common.cuh"
+#include "sm90_chunk_mma.cuh"
+
+namespace gdn_chunk {
+
+constexpr int C = 64;                                    /* chunk length */
+constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f16 tile */
+constexpr int COEF_FLOATS = 3 * C + 4;                   /* ck, cq, cu [64] each, gC, padding */
+constexpr int WS_CHUNK = 2 * TILE_BYTES + COEF_FLOATS * 4; /* Tb, Pm, coefficients: 17168 B */
+static_assert(WS_CHUNK % 16 == 0, "workspace chunk must be a whole number of 16-byte copies");
+
+struct params {
+    int64_t T, N, HV, G, V;
+    int64_t cps;               /* chunks per sequence without cu_seqlens */
+    int64_t slots;             /* workspace chunk slots per value head */
+    const int32_t *cu;         /* [N + 1] or NULL */
+    const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
+    void *o;
+    int64_t q_b, q_t, q_h, k_b, k_t, k_h, v_b, v_t, v_h, o_b, o_t, o_h;
+    const float *g;            /* [B, T, HV] or NULL */
+    int64_t g_b, g_t, g_h;
+    const void *a;             /* raw gate [B, T, HV] or NULL */
+    gdn_dtype a_dtype;
+    int64_t a_b, a_t, a_h;
+    const float *A_log;        /* [HV] */
+    const float *dt_bias;      /* may be NULL */
+    int64_t dt_h;
+    float sp_beta, sp_threshold;
+    const void *beta;          /* [B, T, HV] */
+    gdn_dtype beta_dtype;
+    int64_t be_b, be_t, be_h;
+    int beta_from_logits, allow_neg_eigval;
+    float scale;
+    int l2norm;
+    const void *h0;            /* may be NULL */
+    void *ht;                  /* may be NULL */
+    gdn_dtype state_dtype;
+    int64_t h0_s[4], ht_s[4];  /* {seq, hv, k, v} */
+    unsigned char *ws;
+};
+
+__device__ __forceinline__ float load_any(const void *p, gdn_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case GDN_DTYPE_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    case GDN_DTYPE_F16: return __half2float(static_cast<const __half *>(p)[i]);
+    default: return static_cast<const float *>(p)[i];
+    }
+}
+
+/* Sequence n: batch row, first token, length, first workspace slot. */
+struct seq_info {
+    int64_t row, bos, len, slot0;
+};
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+__device__ __forceinline__ int64_t clamp_t(const params &p, int32_t x)
+{
+    return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
+}
+
+__device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
+{
+    seq_info s;
+    if (p.cu) {
+        const int64_t a = clamp_t(p, p.cu[n]), b = clamp_t(p, p.cu[n + 1]);
+        s.row = 0;
+        s.bos = a;
+        s.len = b > a ? b - a : 0;
+        s.slot0 = a / C + n;
+    } else {
+        s.row = n;
+        s.bos = 0;
+        s.len = p.T;
+        s.slot0 = n * p.cps;
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* chunk_prep                                                                                  */
+
+template <int K> struct prep_smem {
+    static constexpr int QK = C * K * 2;         /* Q and K tiles, bytes each */
+    static constexpr int LD = C + 1;             /* f32 matrix row pitch */
+    static constexpr int BYTES = 2 * QK + 2 * C * LD * 4 + 5 * C * 4;
+};
+
+template <int K, typename T>
+__global__ void __launch_bounds__(128) chunk_prep_kernel(const params p)
+{
+    constexpr int KC = K / 8;
+    constexpr int LD = prep_smem<K>::LD;
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *Ks = Qs + C * K;
+    float *As = reinterpret_cast<float *>(Ks + C * K);
+    float *Ts = As + C * LD;
+    float *gam = Ts + C * LD;
+    float *bet = gam + C;
+    float *rk = bet + C;
+    float *rq = rk + C;
+    float *graw = rq + C;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t slot = blockIdx.x, hv = blockIdx.y;
+
+    int64_t n, c;
+    if (!p.cu) {
+        n = slot / p.cps;
+        c = slot % p.cps;
+    } else {
+        /* Largest n with floor(cu[n] / 64) + n <= slot. */
+        int64_t lo = 0, hi = p.N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (clamp_t(p, p.cu[mid]) / C + mid <= slot)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        n = lo;
+        c = slot - (clamp_t(p, p.cu[n]) / C + n);
+    }
+    const seq_info sq = sequence(p, n);
+    if (c < 0 || c * C >= sq.len)
+        return;
+    const int cl = (int)min64(C, sq.len - c * C);
+    const int64_t t0 = sq.bos + c * C;
+    const int64_t h = hv / p.G;
+
+    const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k);
+    for (int i = tid; i < C * KC; i += 128) {
+        const int r = i / KC, ch = i % KC;
+        const bool ok = r < cl;
+        const int64_t tq = sq.row * p.q_b + (t0 + r) * p.q_t + h * p.q_h + ch * 8;
+        const int64_t tk = sq.row * p.k_b + (t0 + r) * p.k_t + h * p.k_h + ch * 8;
+        cp_async16(Qs + swz<KC>(r, ch * 8), ok ? q + tq : q, ok ? 16 : 0);
+        cp_async16(Ks + swz<KC>(r, ch * 8), ok ? k + tk : k, ok ? 16 : 0);
+    }
+    cp_async_commit();
+
+    if (tid < C) {
+        float gv = 0.f, bv = 0.f;  /* padding tokens: no decay, no write */
+        if (tid < cl) {
+            const int64_t t = t0 + tid;
+            if (p.g) {
+                gv = p.g[sq.row * p.g_b + t * p.g_t + hv * p.g_h];
+            } else {
+                const float x = load_any(p.a, p.a_dtype, sq.row * p.a_b + t * p.a_t + hv * p.a_h) +
+                                (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
+                const float bx = p.sp_beta * x;
+                const float sp = bx > p.sp_threshold ? x : log1pf(expf(bx)) / p.sp_beta;
+                gv = -expf(p.A_log[hv]) * sp;
+            }
+            bv = load_any(p.beta, p.beta_dtype, sq.row * p.be_b + t * p.be_t + hv * p.be_h);
+            if (p.beta_from_logits) {
+                bv = 1.f / (1.f + expf(-bv));
+                if (p.allow_neg_eigval)
+                    bv *= 2.f;
+            }
+        }
+        graw[tid] = gv;
+        bet[tid] = bv;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* Row factors of the L2 norm: two threads per row. */
+    {
+        const int r = tid >> 1, half = tid & 1;
+        float sk = 0.f, sqq = 0.f;
+#pragma unroll
+        for (int ch = half * (KC / 2); ch < (half + 1) * (KC / 2); ++ch) {
+            const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, ch * 8));
+            const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, ch * 8));
+            const uint32_t kw[4] = {kv.x, kv.y, kv.z, kv.w}, qw[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 kf = op<T>::unpack(kw[e]), qf = op<T>::unpack(qw[e]);
+                sk += kf.x * kf.x + kf.y * kf.y;
+                sqq += qf.x * qf.x + qf.y * qf.y;
+            }
+        }
+        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+        sqq += __shfl_xor_sync(0xffffffffu, sqq, 1);
+        if (half == 0) {
+            rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
+            rq[r] = p.l2norm ? 1.f / sqrtf(sqq + 1e-6f) : 1.f;
+        }
+    }
+    /* Inclusive cumsum of the log decays: warp 0, two tokens per lane. */
+    if (warp == 0) {
+        const float g0 = graw[2 * lane], g1 = graw[2 * lane + 1];
+        float s = g0 + g1;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float u = __shfl_up_sync(0xffffffffu, s, off);
+            if (lane >= off)
+                s += u;
+        }
+        float ex = __shfl_up_sync(0xffffffffu, s, 1);
+        if (lane == 0)
+            ex = 0.f;
+        gam[2 * lane] = ex + g0;
+        gam[2 * lane + 1] = s;
+    }
+    __syncthreads();
+
+    /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15. */
+    const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
+    float kk[8][4], qk[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            kk[i][e] = qk[i][e] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < K / 16; ++kc) {
+        uint32_t ak[4], aq[4];
+        ldsm_x4(ak, smem_u32(Ks + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
+        ldsm_x4(aq, smem_u32(Qs + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+            uint32_t b[4];
+            ldsm_x4(b, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+            op<T>::mma(kk[2 * nn], ak, b[0], b[1]);
+            op<T>::mma(kk[2 * nn + 1], ak, b[2], b[3]);
+            op<T>::mma(qk[2 * nn], aq, b[0], b[1]);
+            op<T>::mma(qk[2 * nn + 1], aq, b[2], b[3]);
+        }
+    }
+
+    unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
+    T *pm_out = reinterpret_cast<T *>(wsc + TILE_BYTES);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int hrow = 0; hrow < 2; ++hrow) {
+            const int i = 16 * warp + g + 8 * hrow;
+            float av[2], pv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = 8 * nt + 2 * t + e;
+                /* Only i >= j: exp of a non-positive number. */
+                const float dec = i >= j ? expf(gam[i] - gam[j]) : 0.f;
+                av[e] = i > j ? bet[i] * rk[i] * rk[j] * dec * kk[nt][2 * hrow + e] : 0.f;
+                pv[e] = p.scale * rq[i] * rk[j] * dec * qk[nt][2 * hrow + e];
+                As[i * LD + 8 * nt + 2 * t + e] = av[e];
+            }
+            *reinterpret_cast<uint32_t *>(pm_out + swz<8>(i, 8 * nt + 2 * t)) = op<T>::pack(pv[0], pv[1]);
+        }
+    }
+    __syncthreads();
+
+    /* T = (I + A)^-1, unit lower triangular, by 16-row blocks: first the contribution of the
+     * finished rows above the block (independent dot products), then substitution inside it. */
+#pragma unroll 1
+    for (int r0 = 0; r0 < C; r0 += 16) {
+        if (r0 > 0) {
+            for (int idx = tid; idx < 16 * r0; idx += 128) {
+                const int i = r0 + idx / r0, cc = idx % r0;
+                float s = 0.f;
+                for (int j = cc; j < r0; ++j)
+                    s += As[i * LD + j] * Ts[j * LD + cc];
+                Ts[i * LD + cc] = -s;
+            }
+            __syncthreads();
+        }
+        if (tid < r0 + 16) {
+            const int cc = tid;
+            for (int i = max(r0, cc); i < r0 + 16; ++i) {
+                float s;
+                if (i == cc) {
+                    s = 1.f;
+                } else {
+                    s = cc < r0 ? Ts[i * LD + cc] : 0.f;
+                    for (int j = max(r0, cc); j < i; ++j)
+                        s -= As[i * LD + j] * Ts[j * LD + cc];
+                }
+                Ts[i * LD + cc] = s;
+            }
+        }
+        __syncthreads();
+    }
+
+    /* Tb = T diag(beta), lower triangle only, 16-byte rows of the swizzled tile. */
+    T *tb_out = reinterpret_cast<T *>(wsc);
+    for (int idx = tid; idx < C * 8; idx += 128) {
+        const int i = idx >> 3, ch = idx & 7;
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = ch * 8 + 2 * e;
+            const float x0 = j <= i ? Ts[i * LD + j] * bet[j] : 0.f;
+            const float x1 = j + 1 <= i ? Ts[i * LD + j + 1] * bet[j + 1] : 0.f;
+            w[e] = op<T>::pack(x0, x1);
+        }
+        *reinterpret_cast<uint4 *>(tb_out + swz<8>(i, ch * 8)) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    float *coef = reinterpret_cast<float *>(wsc + 2 * TILE_BYTES);
+    if (tid < C) {
+        const float gi = gam[tid], gc = gam[C - 1];
+        coef[tid] = rk[tid] * expf(gi);                     /* ck: rows of K in Y = K S */
+        coef[C + tid] = p.scale * rq[tid] * expf(gi);       /* cq: rows of Q in Q S */
+        coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
+        if (tid < 4)
+            coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* chunk_main                                                                                  */
+
+template <int K, int NW> struct main_smem {
+    static constexpr int QK = C * K * 2;
+    static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per warp */
+    static constexpr int STAGE = 2 * QK + VT + WS_CHUNK;     /* Q, K, V, then Tb, Pm, coef */
+    static constexpr int BYTES = 2 * STAGE + VT;              /* two stages and the O staging tile */
+};
+
+__device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
+{
+    return p.state_dtype == GDN_DTYPE_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i])
+                                           : static_cast<const float *>(base)[i];
+}
+
+template <int K, int NW, typename T>
+__global__ void __launch_bounds__(NW * 32, 1) chunk_main_kernel(const params p)
+{
+    constexpr int KC = K / 8, BV = 16 * NW, NTH = NW * 32;
+    using L = main_smem<K, NW>;
+    extern __shared__ __align__(128) unsigned char smem[];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
+    const int64_t n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
+    const int64_t h = hv / p.G;
+    const int64_t v0 = (int64_t)blockIdx.y * BV;
+    const seq_info sq = sequence(p, n);
+    int64_t nchunks = (sq.len + C - 1) / C;
+    nchunks = min(nchunks, max64(0, p.slots - sq.slot0));
+
+    /* S^T rows v0 + 16 warp + {g, g + 8}, columns d = 8 nt + 2t + {0, 1}: accumulator layout. */
+    float s[K / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t vv = v0 + 16 * warp + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
+            s[nt][e] = p.h0 ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
+                            : 0.f;
+        }
+
+    const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
+    const unsigned char *wsh = p.ws + ((size_t)hv * p.slots + (size_t)sq.slot0) * WS_CHUNK;
+
+    auto load_chunk = [&](int64_t c, int stage) {
+        unsigned char *base = smem + stage * L::STAGE;
+        T *Qs = reinterpret_cast<T *>(base), *Ks = Qs + C * K, *Vs = Ks + C * K;
+        const int64_t t0 = sq.bos + c * C;
+        const int cl = (int)min64(C, sq.len - c * C);
+        for (int i = tid; i < C * KC; i += NTH) {
+            const int r = i / KC, ch = i % KC;
+            const bool ok = r < cl;
+            const int64_t tq = sq.row * p.q_b + (t0 + r) * p.q_t + h * p.q_h + ch * 8;
+            const int64_t tk = sq.row * p.k_b + (t0 + r) * p.k_t + h * p.k_h + ch * 8;
+            cp_async16(Qs + swz<KC>(r, ch * 8), ok ? q + tq : q, ok ? 16 : 0);
+            cp_async16(Ks + swz<KC>(r, ch * 8), ok ? k + tk : k, ok ? 16 : 0);
+        }
+        for (int i = tid; i < C * (BV / 8); i += NTH) {
+            const int r = i / (BV / 8), ch = i % (BV / 8);
+            const bool ok = r < cl;
+            const int64_t tv = sq.row * p.v_b + (t0 + r) * p.v_t + hv * p.v_h + v0 + ch * 8;
+            cp_async16(Vs + (ch >> 1) * C * 16 + swz<2>(r, (ch & 1) * 8), ok ? v + tv : v, ok ? 16 : 0);
+        }
+        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK;
+        unsigned char *dst = base + 2 * L::QK + L::VT;
+        for (int i = tid; i < WS_CHUNK / 16; i += NTH)
+            cp_async16(dst + 16 * i, wsc + 16 * i, 16);
+    };
+
+    if (nchunks > 0)
+        load_chunk(0, 0);
+    cp_async_commit();
+
+    T *Ow = reinterpret_cast<T *>(smem + 2 * L::STAGE) + warp * C * 16;
+    T *o = static_cast<T *>(p.o);
+
+#pragma unroll 1
+    for (int64_t c = 0; c < nchunks; ++c) {
+        if (c + 1 < nchunks)
+            load_chunk(c + 1, (int)((c + 1) & 1));
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        const unsigned char *base = smem + (c & 1) * L::STAGE;
+        const T *Qs = reinterpret_cast<const T *>(base), *Ks = Qs + C * K;
+        const T *Vw = Ks + C * K + warp * C * 16;
+        const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
+        const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
+        const float gc = cu[C];
+
+        /* S^T as A fragments (k = d). */
+        uint32_t sa[K / 16][4];
+#pragma unroll
+        for (int j = 0; j < K / 16; ++j) {
+            sa[j][0] = op<T>::pack(s[2 * j][0], s[2 * j][1]);
+            sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
+            sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
+            sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+        }
+
+        /* Y^T = S^T K^T and (S^T Q^T): M = 16 value rows, N = 64 tokens, k = K. */
+        float y[8][4], oa[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                y[i][e] = oa[i][e] = 0.f;
+#pragma unroll
+        for (int kc = 0; kc < K / 16; ++kc)
+#pragma unroll
+            for (int nn = 0; nn < 4; ++nn) {
+                uint32_t bk[4], bq[4];
+                ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                op<T>::mma(y[2 * nn], sa[kc], bk[0], bk[1]);
+                op<T>::mma(y[2 * nn + 1], sa[kc], bk[2], bk[3]);
+                op<T>::mma(oa[2 * nn], sa[kc], bq[0], bq[1]);
+                op<T>::mma(oa[2 * nn + 1], sa[kc], bq[2], bq[3]);
+            }
+
+        /* X^T = V^T - ck * Y^T in f32, rounded once into A fragments (k = tokens). */
+        uint32_t xa[4][4];
+#pragma unroll
+        for (int jt = 0; jt < 4; ++jt) {
+            uint32_t vv[4];
+            ldsm_x4_t(vv, smem_u32(Vw + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)));
+            const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * t);
+            const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * t);
+            const float2 v00 = op<T>::unpack(vv[0]), v01 = op<T>::unpack(vv[1]);
+            const float2 v10 = op<T>::unpack(vv[2]), v11 = op<T>::unpack(vv[3]);
+            const float(&y0)[4] = y[2 * jt];
+            const float(&y1)[4] = y[2 * jt + 1];
+            xa[jt][0] = op<T>::pack(v00.x - c0.x * y0[0], v00.y - c0.y * y0[1]);
+            xa[jt][1] = op<T>::pack(v01.x - c0.x * y0[2], v01.y - c0.y * y0[3]);
+            xa[jt][2] = op<T>::pack(v10.x - c1.x * y1[0], v10.y - c1.y * y1[1]);
+            xa[jt][3] = op<T>::pack(v11.x - c1.x * y1[2], v11.y - c1.y * y1[3]);
+        }
+
+        /* Vn^T = X^T Tb^T; Tb is lower triangular, so slices right of the diagonal are skipped. */
+        float vn[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                vn[i][e] = 0.f;
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn)
+#pragma unroll
+            for (int kc = 0; kc <= nn; ++kc) {
+                uint32_t b[4];
+                ldsm_x4(b, smem_u32(Tb + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
+                op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
+            }
+        uint32_t va[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            va[j][0] = op<T>::pack(vn[2 * j][0], vn[2 * j][1]);
+            va[j][1] = op<T>::pack(vn[2 * j][2], vn[2 * j][3]);
+            va[j][2] = op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]);
+            va[j][3] = op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]);
+        }
+
+        /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            const float2 cf = *reinterpret_cast<const float2 *>(cq + 8 * nt + 2 * t);
+            oa[nt][0] *= cf.x;
+            oa[nt][1] *= cf.y;
+            oa[nt][2] *= cf.x;
+            oa[nt][3] *= cf.y;
+        }
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn)
+#pragma unroll
+            for (int kc = 0; kc <= nn; ++kc) {
+                uint32_t b[4];
+                ldsm_x4(b, smem_u32(Pm + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                op<T>::mma(oa[2 * nn], va[kc], b[0], b[1]);
+                op<T>::mma(oa[2 * nn + 1], va[kc], b[2], b[3]);
+            }
+
+        /* O: transpose through the warp's staging tile, then 16-byte stores of valid rows. */
+#pragma unroll
+        for (int jt = 0; jt < 4; ++jt) {
+            const uint32_t ov[4] = {op<T>::pack(oa[2 * jt][0], oa[2 * jt][1]), op<T>::pack(oa[2 * jt][2], oa[2 * jt][3]),
+                                    op<T>::pack(oa[2 * jt + 1][0], oa[2 * jt + 1][1]),
+                                    op<T>::pack(oa[2 * jt + 1][2], oa[2 * jt + 1][3])};
+            stsm_x4_t(smem_u32(Ow + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)), ov);
+        }
+        __syncwarp();
+        {
+            const int64_t t0 = sq.bos + c * C;
+            const int cl = (int)min64(C, sq.len - c * C);
+#pragma unroll
+            for (int i = lane; i < 2 * C; i += 32) {
+                const int r = i >> 1, sub = i & 1;
+                if (r < cl)
+                    *reinterpret_cast<uint4 *>(o + sq.row * p.o_b + (t0 + r) * p.o_t + hv * p.o_h + v0 + 16 * warp + 8 * sub) =
+                        *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
+            }
+        }
+
+        /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
+        uint32_t ua[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * t);
+            const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * t);
+            ua[j][0] = op<T>::pack(vn[2 * j][0] * u0.x, vn[2 * j][1] * u0.y);
+            ua[j][1] = op<T>::pack(vn[2 * j][2] * u0.x, vn[2 * j][3] * u0.y);
+            ua[j][2] = op<T>::pack(vn[2 * j + 1][0] * u1.x, vn[2 * j + 1][1] * u1.y);
+            ua[j][3] = op<T>::pack(vn[2 * j + 1][2] * u1.x, vn[2 * j + 1][3] * u1.y);
+        }
+#pragma unroll
+        for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[nt][e] *= gc;
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+            for (int nd = 0; nd < K / 16; ++nd) {
+                uint32_t b[4];
+                ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, 16 * nd + (m >> 1) * 8)));
+                op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
+                op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
+            }
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+
+    if (p.ht) {
+#pragma unroll
+        for (int nt = 0; nt < K / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t vv = v0 + 16 * warp + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
+                const int64_t i = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
+                if (p.state_dtype == GDN_DTYPE_BF16)
+                    static_cast<__nv_bfloat16 *>(p.ht)[i] = __float2bfloat16_rn(s[nt][e]);
+                else
+                    static_cast<float *>(p.ht)[i] = s[nt][e];
+            }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host side                                                                                   */
+
+static int64_t slots_per_head(const gdn_problem *p)
+{
+    if (p->cu_seqlens)
+        return p->T / C + p->N + 1;
+    return p->N * ((p->T + C - 1) / C);
+}
+
+template <typename T, int K, int NW>
+static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    gdn_status st;
+    if (p->T > 0 && prm.slots > 0) {
+        auto prep = chunk_prep_kernel<K, T>;
+        constexpr int PB = prep_smem<K>::BYTES;
+        if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
+                                 "chunk_prep smem")) != GDN_OK)
+            return st;
+        prep<<<dim3((unsigned)prm.slots, (unsigned)p->HV), 128, PB, stream>>>(prm);
+        if ((st = gdn_cuda_check(cudaGetLastError(), "chunk_prep launch")) != GDN_OK)
+            return st;
+    }
+    auto mainf = chunk_main_kernel<K, NW, T>;
+    constexpr int MB = main_smem<K, NW>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
+                             "chunk_main smem")) != GDN_OK)
+        return st;
+    mainf<<<dim3((unsigned)(p->N * p->HV), (unsigned)(p->V / (16 * NW))), NW * 32, MB, stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
+}
+
+template <typename T, int K>
+static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    /* Wide tiles (4 warps, 64 value columns) share the Q / K / Tb / Pm loads best; with few
+     * (sequence, head) pairs, narrower tiles spread the serial chunk chain over more SMs. */
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 132;
+    }
+    const bool wide = p->V % 64 == 0 && p->N * p->HV * (p->V / 64) >= sms / 2;
+    return wide ? launch<T, K, 4>(prm, p, stream) : launch<T, K, 2>(prm, p, stream);
+}
+
+} /* namespace gdn_chunk */
+
+using namespace gdn_chunk;
 
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p)
 {
-    (void)p;
-    return 0;
+    return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK;
+}
+
+static bool aligned16(const void *ptr, const int64_t *s, int n)
+{
+    if ((uintptr_t)ptr % 16 != 0)
+        return false;
+    for (int i = 0; i < n; ++i)
+        if (s[i] % 8 != 0)
+            return false;
+    return true;
 }
 
 extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
 {
-    (void)p;
-    return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "gdn_chunk_fwd: the CUDA backend does not implement it yet");
+    if (p->gate_kind != GDN_GATE_GDN)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_chunk_fwd: KDA gates are not supported on CUDA");
+    if (p->q.dtype != GDN_DTYPE_BF16 && p->q.dtype != GDN_DTYPE_F16)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: the CUDA chunk path takes bf16 or f16 inputs");
+    if (p->K != 64 && p->K != 128)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA chunk path: 64 or 128)", (long long)p->K);
+    if (p->V % 32 != 0)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld must be a multiple of 32", (long long)p->V);
+    const gdn_view *tv[4] = {&p->q, &p->k, &p->v, &p->o};
+    const char *names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; ++i)
+        if (tv[i]->s[3] != 1 || !aligned16(tv[i]->data, tv[i]->s, 3))
+            return gdn_set_error(GDN_ERR_UNSUPPORTED,
+                                 "%s: the CUDA chunk path needs unit stride on the head dim, other strides a multiple "
+                                 "of 8 elements and a 16-byte aligned pointer", names[i]);
+    if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
+    const size_t need = gdn_cuda_chunk_fwd_workspace_size(p);
+    if (need > 0 && (!p->workspace || p->workspace_bytes < need || (uintptr_t)p->workspace % 16 != 0))
+        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes needed, 16-byte aligned", need);
+    if (p->N == 0 || p->HV == 0)
+        return GDN_OK;
+
+    params prm = {};
+    prm.T = p->T;
+    prm.N = p->N;
+    prm.HV = p->HV;
+    prm.G = p->G;
+    prm.V = p->V;
+    prm.cps = (p->T + C - 1) / C;
+    prm.slots = slots_per_head(p);
+    prm.cu = p->cu_seqlens;
+    prm.q = p->q.data;
+    prm.k = p->k.data;
+    prm.v = p->v.data;
+    prm.o = p->o.data;
+    prm.q_b = p->q.s[0], prm.q_t = p->q.s[1], prm.q_h = p->q.s[2];
+    prm.k_b = p->k.s[0], prm.k_t = p->k.s[1], prm.k_h = p->k.s[2];
+    prm.v_b = p->v.s[0], prm.v_t = p->v.s[1], prm.v_h = p->v.s[2];
+    prm.o_b = p->o.s[0], prm.o_t = p->o.s[1], prm.o_h = p->o.s[2];
+    prm.g = static_cast<const float *>(p->g.data);
+    prm.g_b = p->g.s[0], prm.g_t = p->g.s[1], prm.g_h = p->g.s[2];
+    prm.a = p->a.data;
+    prm.a_dtype = p->a.dtype;
+    prm.a_b = p->a.s[0], prm.a_t = p->a.s[1], prm.a_h = p->a.s[2];
+    prm.A_log = p->A_log;
+    prm.dt_bias = static_cast<const float *>(p->dt_bias.data);
+    prm.dt_h = p->dt_bias.s[0];
+    prm.sp_beta = p->softplus_beta;
+    prm.sp_threshold = p->softplus_threshold;
+    prm.beta = p->beta.data;
+    prm.beta_dtype = p->beta.dtype;
+    prm.be_b = p->beta.s[0], prm.be_t = p->beta.s[1], prm.be_h = p->beta.s[2];
+    prm.beta_from_logits = p->beta_from_logits;
+    prm.allow_neg_eigval = p->allow_neg_eigval;
+    prm.scale = p->scale;
+    prm.l2norm = p->use_qk_l2norm;
+    prm.h0 = p->state_in.data;
+    prm.ht = p->final_state.data;
+    prm.state_dtype = p->state_dtype;
+    for (int i = 0; i < 4; ++i) {
+        prm.h0_s[i] = p->state_in.s[i];
+        prm.ht_s[i] = p->final_state.s[i];
+    }
+    prm.ws = static_cast<unsigned char *>(p->workspace);
+
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+    const bool bf16 = p->q.dtype == GDN_DTYPE_BF16;
+    switch (p->K) {
+    case 64: return bf16 ? launch_nw<__nv_bfloat16, 64>(prm, p, stream) : launch_nw<__half, 64>(prm, p, stream);
+    case 128: return bf16 ? launch_nw<__nv_bfloat16, 128>(prm, p, stream) : launch_nw<__half, 128>(prm, p, stream);
+    default: return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld", (long long)p->K);
+    }
 }

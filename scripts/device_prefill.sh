@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# device_prefill.sh - one device call for the CUDA chunk forward (issue 4): build, correctness
+# tests, compute-sanitizer, benchmarks. Writes logs and prefill_table.txt to $OUT.
+#
+#   scripts/device_prefill.sh [test] [sanitize] [bench] [fla]     (no argument: all four)
+#
+# test      tests/test_cuda_chunk (option matrix, odd lengths, varlen, determinism, poison)
+# sanitize  compute-sanitizer memcheck and racecheck on small cases
+# bench     bench/bench_prefill.cu: gdn_chunk_fwd at the six shapes, graph and eager
+# fla       bench/fla_prefill.py: FLA beside libgdn, same inputs; accuracy vs float64
+#           (needs .peers/fla carried: run(carry=[".peers/fla"]))
+#
+# Builds the whole library with CMake; if that fails (other work in progress in the tree), builds
+# the chunk path alone with nvcc: api.c, the CPU backend, sm90_chunk_fwd.cu and stubs for the
+# other CUDA entry points.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/prefill_out}
+mkdir -p "$OUT"
+steps=${*:-test sanitize bench fla}
+B=build-device
+ARCH="-gencode=arch=compute_90a,code=sm_90a"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+{ date -u; git log -1 --format='commit %H %s' 2>/dev/null; git status --short src tests bench scripts 2>/dev/null; \
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } | tee "$OUT/summary.txt"
+
+t0=$(date +%s)
+if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build.log" 2>&1 &&
+   cmake --build $B -j16 --target gdn gdn_static test_cuda_chunk >>"$OUT/build.log" 2>&1; then
+    LIB=$B/libgdn_static.a
+    SO=$B/libgdn.so
+    TEST=$B/tests/test_cuda_chunk
+    log "cmake build ok ($(( $(date +%s) - t0 )) s)"
+else
+    log "cmake build failed; building the chunk path alone with nvcc (see build.log)"
+    mkdir -p $B/direct
+    cat >$B/direct/stubs.cu <<'EOF'
+#include "problem.h"
+extern "C" gdn_status gdn_cuda_gating(const gdn_gating_problem *p) { (void)p; return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "stub"); }
+extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p) { (void)p; return 0; }
+extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p) { (void)p; return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "stub"); }
+EOF
+    objs=()
+    for f in src/api.c src/cpu/*.c; do
+        o=$B/direct/$(basename "$f" .c).o
+        gcc -O2 -std=c11 -DGDN_WITH_CUDA -DGDN_BUILDING_LIBRARY -Iinclude -Isrc -I/usr/local/cuda/include -c "$f" -o "$o" \
+            >>"$OUT/build.log" 2>&1 || { log "gcc $f failed"; exit 1; }
+        objs+=("$o")
+    done
+    for f in src/cuda/sm90_chunk_fwd.cu $B/direct/stubs.cu; do
+        o=$B/direct/$(basename "$f" .cu).cu.o
+        nvcc -O3 -std=c++17 $ARCH --expt-relaxed-constexpr -Xcompiler -fPIC -DGDN_WITH_CUDA -Iinclude -Isrc -c "$f" -o "$o" \
+            >>"$OUT/build.log" 2>&1 || { log "nvcc $f failed"; exit 1; }
+        objs+=("$o")
+    done
+    ar rcs $B/direct/libgdn_static.a "${objs[@]}"
+    nvcc -shared -o $B/direct/libgdn.so "${objs[@]}" -lpthread
+    gcc -O2 -std=c11 -DGDN_WITH_CUDA -Iinclude -Itests -I/usr/local/cuda/include tests/test_cuda_chunk.c tests/test_util.c \
+        $B/direct/libgdn_static.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lpthread -lm -o $B/direct/test_cuda_chunk \
+        >>"$OUT/build.log" 2>&1 || { log "test build failed"; exit 1; }
+    LIB=$B/direct/libgdn_static.a
+    SO=$B/direct/libgdn.so
+    TEST=$B/direct/test_cuda_chunk
+fi
+
+for s in $steps; do
+    case $s in
+    test)
+        t0=$(date +%s)
+        $TEST 2>&1 | tee "$OUT/test.log" | tail -n 40
+        log "test_cuda_chunk: $(tail -n 1 "$OUT/test.log") ($(( $(date +%s) - t0 )) s)"
+        ;;
+    sanitize)
+        t0=$(date +%s)
+        compute-sanitizer --tool memcheck --error-exitcode 9 $TEST varlen odd_lengths >"$OUT/sanitize.log" 2>&1
+        log "memcheck (varlen, odd_lengths): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1)"
+        compute-sanitizer --tool racecheck --error-exitcode 9 $TEST basic >>"$OUT/sanitize.log" 2>&1
+        log "racecheck (basic): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+        ;;
+    bench)
+        nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $LIB -lpthread -o $B/bench_prefill >>"$OUT/build.log" 2>&1 &&
+            $B/bench_prefill "$OUT/bench_prefill.txt" 2>&1 | tee "$OUT/bench.log"
+        log "bench_prefill: rc=$?"
+        ;;
+    fla)
+        ours=()
+        [ -f "$OUT/bench_prefill.txt" ] && ours=(--ours "$OUT/bench_prefill.txt")
+        PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla:python GDN_LIBRARY=$SO \
+            python3 bench/fla_prefill.py "${ours[@]}" --out "$OUT/prefill_table.txt" 2>&1 | tee "$OUT/fla.log"
+        log "fla_prefill: rc=$?"
+        ;;
+    esac
+done
+cat "$OUT/summary.txt"

@@ -1,0 +1,356 @@
+/*
+ * test_cuda_chunk.c - gdn_chunk_fwd on CUDA tensors against the float64 recurrence
+ * (tu_case_naive), through the public API: option matrix (GVA, head dims, L2 norm, gates, beta
+ * logits, states, layouts, dtypes), odd lengths, varlen with empty and length-1 sequences,
+ * determinism and poisoned outputs. Skips cleanly without a GPU.
+ *
+ *   build/tests/test_cuda_chunk            all tests
+ *   build/tests/test_cuda_chunk varlen     tests whose name contains "varlen"
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gdn.h"
+#include "test_util.h"
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            tu_expect(0, "%s: %s", #x, cudaGetErrorString(e_));                                   \
+            return TU_FAIL;                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static size_t tensor_bytes(const gdn_tensor *t) { return tu_numel(t) * gdn_dtype_size(t->dtype); }
+
+/* Replaces a present host tensor by a device copy (contiguous). */
+static int to_device(gdn_tensor *t, void **owned)
+{
+    *owned = NULL;
+    if (!t->data)
+        return 1;
+    size_t bytes = tensor_bytes(t);
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess)
+        return 0;
+    if (bytes && cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        return 0;
+    }
+    t->data = d;
+    t->device = GDN_DEVICE_CUDA;
+    t->device_ordinal = 0;
+    *owned = d;
+    return 1;
+}
+
+enum { NBUF = 12 };
+
+typedef struct dev_args {
+    gdn_chunk_fwd_args a;
+    void *bufs[NBUF];
+    void *ws;
+} dev_args;
+
+static void dev_free(dev_args *d)
+{
+    for (int i = 0; i < NBUF; i++)
+        cudaFree(d->bufs[i]);
+    cudaFree(d->ws);
+    memset(d, 0, sizeof *d);
+}
+
+/* Device copies of every tensor of the host args (outputs carry their poison along). */
+static int dev_make(dev_args *d, const gdn_chunk_fwd_args *host)
+{
+    memset(d, 0, sizeof *d);
+    d->a = *host;
+    gdn_tensor *ts[NBUF] = {&d->a.q, &d->a.k, &d->a.v, &d->a.o, &d->a.gate.g, &d->a.gate.a, &d->a.gate.A_log,
+                            &d->a.gate.dt_bias, &d->a.gate.beta, &d->a.cu_seqlens, &d->a.initial_state,
+                            &d->a.final_state};
+    for (int i = 0; i < NBUF; i++)
+        if (!to_device(ts[i], &d->bufs[i]))
+            return 0;
+    size_t ws = 0;
+    if (gdn_chunk_fwd_workspace_size(&d->a, &ws) != GDN_OK)
+        return 0;
+    if (ws && cudaMalloc(&d->ws, ws) != cudaSuccess)
+        return 0;
+    d->a.workspace = d->ws;
+    d->a.workspace_bytes = ws;
+    return 1;
+}
+
+typedef struct opts {
+    int no_final;
+    int check_determinism;
+    double tol;
+} opts;
+
+static int run_case(const char *name, tu_case_config cfg, opts op)
+{
+    if (tu_cuda_device_count() == 0) {
+        tu_skip_reason("no CUDA device");
+        return TU_SKIP;
+    }
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    tu_case_naive(&c, c.o_ref, c.ht_ref, NULL);
+    gdn_chunk_fwd_args host = tu_case_chunk_args(&c);
+    if (op.no_final)
+        memset(&host.final_state, 0, sizeof host.final_state);
+    dev_args d;
+    int ok = dev_make(&d, &host);
+    if (!tu_expect(ok, "%s: device setup failed", name)) {
+        dev_free(&d);
+        tu_case_free(&c);
+        return TU_FAIL;
+    }
+    gdn_status st = gdn_chunk_fwd(&d.a);
+    if (!tu_expect(st == GDN_OK, "%s: gdn_chunk_fwd: %s (%s)", name, gdn_status_string(st), gdn_last_error())) {
+        dev_free(&d);
+        tu_case_free(&c);
+        return TU_FAIL;
+    }
+    CK(cudaDeviceSynchronize());
+    size_t no = (size_t)(c.c.B * c.c.T * c.c.HV * c.c.V), ns = (size_t)c.state_numel;
+    size_t ob = no * gdn_dtype_size(c.c.dtype), sb = ns * gdn_dtype_size(c.c.state_dtype);
+    CK(cudaMemcpy(c.o, d.a.o.data, ob, cudaMemcpyDeviceToHost));
+    char what[160];
+    snprintf(what, sizeof what, "%s o", name);
+    tu_expect(tu_count_poison(c.o, c.c.dtype, no) == 0, "%s: %zu elements never written", what,
+              tu_count_poison(c.o, c.c.dtype, no));
+    tu_check(what, tu_compare(c.o, c.c.dtype, c.o_ref, GDN_DTYPE_F64, no), op.tol);
+    if (!op.no_final) {
+        CK(cudaMemcpy(c.ht, d.a.final_state.data, sb, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "%s state", name);
+        tu_expect(tu_count_poison(c.ht, c.c.state_dtype, ns) == 0, "%s: elements never written", what);
+        tu_check(what, tu_compare(c.ht, c.c.state_dtype, c.ht_ref, GDN_DTYPE_F64, ns), op.tol);
+    }
+    if (op.check_determinism) {
+        void *o1 = tu_snapshot(c.o, ob);
+        void *h1 = op.no_final ? NULL : tu_snapshot(c.ht, sb);
+        st = gdn_chunk_fwd(&d.a);
+        tu_expect(st == GDN_OK, "%s: second run: %s", name, gdn_last_error());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(c.o, d.a.o.data, ob, cudaMemcpyDeviceToHost));
+        tu_expect(tu_same_bytes(o1, c.o, ob), "%s: o differs between two runs", name);
+        if (h1) {
+            CK(cudaMemcpy(c.ht, d.a.final_state.data, sb, cudaMemcpyDeviceToHost));
+            tu_expect(tu_same_bytes(h1, c.ht, sb), "%s: final state differs between two runs", name);
+        }
+        free(o1);
+        free(h1);
+    }
+    dev_free(&d);
+    tu_case_free(&c);
+    return TU_PASS;
+}
+
+static tu_case_config base(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t seed)
+{
+    tu_case_config c;
+    memset(&c, 0, sizeof c);
+    c.B = 1;
+    c.T = T;
+    c.H = H;
+    c.HV = HV;
+    c.K = K;
+    c.V = K;
+    c.dtype = GDN_DTYPE_BF16;
+    c.beta_dtype = GDN_DTYPE_F32;
+    c.state_dtype = GDN_DTYPE_F32;
+    c.layout = GDN_STATE_KV;
+    c.kind = GDN_GATE_GDN;
+    c.initial_state = 1;
+    c.l2norm = 1;
+    c.seed = seed;
+    return c;
+}
+
+static const opts DEF = {0, 0, 1e-2};
+
+/* Option matrix */
+
+static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2}); }
+
+static int test_gva(void)
+{
+    int rc = TU_PASS;
+    static const int g[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        tu_case_config c = base(200, 2, 2 * g[i], 128, 10 + (uint64_t)i);
+        char name[32];
+        snprintf(name, sizeof name, "gva%d", g[i]);
+        if (run_case(name, c, DEF) == TU_FAIL)
+            rc = TU_FAIL;
+    }
+    return rc;
+}
+
+static int test_head_dim_64(void)
+{
+    tu_case_config c = base(333, 2, 4, 64, 20);
+    int rc = run_case("K=V=64", c, DEF);
+    c.B = 2;
+    c.seed = 21;
+    if (run_case("K=V=64 B=2", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    return rc;
+}
+
+static int test_no_l2norm(void)
+{
+    tu_case_config c = base(260, 1, 2, 128, 30);
+    c.l2norm = 0;
+    return run_case("no l2norm", c, DEF);
+}
+
+static int test_raw_gates(void)
+{
+    tu_case_config c = base(250, 2, 4, 128, 40);
+    c.raw_gates = 1;
+    int rc = run_case("raw gates", c, DEF);
+    c.allow_neg_eigval = 1;
+    c.seed = 41;
+    if (run_case("raw gates neg eigval", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    return rc;
+}
+
+static int test_beta_dtype(void)
+{
+    tu_case_config c = base(130, 1, 2, 128, 50);
+    c.beta_dtype = GDN_DTYPE_BF16;
+    return run_case("beta bf16", c, DEF);
+}
+
+static int test_states(void)
+{
+    int rc = TU_PASS;
+    tu_case_config c = base(190, 2, 4, 128, 60);
+    c.initial_state = 0;
+    if (run_case("no initial state", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    c = base(190, 2, 4, 128, 61);
+    if (run_case("no final state", c, (opts){1, 0, 1e-2}) == TU_FAIL)
+        rc = TU_FAIL;
+    c.layout = GDN_STATE_VK;
+    c.seed = 62;
+    if (run_case("VK layout", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    c.state_dtype = GDN_DTYPE_BF16;
+    c.seed = 63;
+    if (run_case("VK bf16 state", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    c.layout = GDN_STATE_KV;
+    c.seed = 64;
+    if (run_case("KV bf16 state", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    return rc;
+}
+
+static int test_f16(void)
+{
+    tu_case_config c = base(300, 2, 4, 128, 70);
+    c.dtype = GDN_DTYPE_F16;
+    c.beta_dtype = GDN_DTYPE_F16;
+    return run_case("f16", c, (opts){0, 0, 5e-3});
+}
+
+static int test_f32_unsupported(void)
+{
+    if (tu_cuda_device_count() == 0) {
+        tu_skip_reason("no CUDA device");
+        return TU_SKIP;
+    }
+    tu_case_config cfg = base(64, 1, 1, 128, 80);
+    cfg.dtype = GDN_DTYPE_F32;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    gdn_chunk_fwd_args host = tu_case_chunk_args(&c);
+    dev_args d;
+    int ok = dev_make(&d, &host);
+    gdn_status st = ok ? gdn_chunk_fwd(&d.a) : GDN_ERR_INTERNAL;
+    tu_expect(st == GDN_ERR_UNSUPPORTED, "f32 inputs: got %s, want GDN_ERR_UNSUPPORTED", gdn_status_string(st));
+    dev_free(&d);
+    tu_case_free(&c);
+    return TU_PASS;
+}
+
+/* Lengths */
+
+static int test_odd_lengths(void)
+{
+    int rc = TU_PASS;
+    static const int64_t T[6] = {1, 63, 64, 65, 200, 1000};
+    for (int i = 0; i < 6; i++) {
+        tu_case_config c = base(T[i], 2, 4, 128, 100 + (uint64_t)i);
+        c.B = 2;
+        char name[32];
+        snprintf(name, sizeof name, "B=2 T=%lld", (long long)T[i]);
+        if (run_case(name, c, DEF) == TU_FAIL)
+            rc = TU_FAIL;
+    }
+    return rc;
+}
+
+static int test_varlen(void)
+{
+    tu_case_config c = base(0, 2, 4, 128, 200);
+    static const int32_t lens[10] = {0, 1, 63, 64, 65, 200, 0, 1000, 3, 1};
+    c.nseq = 10;
+    memcpy(c.seqlens, lens, sizeof lens);
+    return run_case("varlen mixed", c, (opts){0, 1, 1e-2});
+}
+
+static int test_varlen_long_short(void)
+{
+    tu_case_config c = base(0, 1, 4, 128, 210);
+    static const int32_t lens[6] = {2000, 1, 5, 64, 0, 129};
+    c.nseq = 6;
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.raw_gates = 1;
+    c.layout = GDN_STATE_VK;
+    return run_case("varlen long+short", c, DEF);
+}
+
+static int test_varlen_empty_ends(void)
+{
+    tu_case_config c = base(0, 1, 2, 64, 220);
+    static const int32_t lens[3] = {0, 7, 0};
+    c.nseq = 3;
+    memcpy(c.seqlens, lens, sizeof lens);
+    return run_case("varlen empty ends", c, DEF);
+}
+
+static int test_long(void)
+{
+    tu_case_config c = base(4096, 1, 2, 128, 300);
+    return run_case("T=4096", c, (opts){0, 1, 1e-2});
+}
+
+int main(int argc, char **argv)
+{
+    static const tu_test tests[] = {
+        {"basic", test_basic},
+        {"gva", test_gva},
+        {"head_dim_64", test_head_dim_64},
+        {"no_l2norm", test_no_l2norm},
+        {"raw_gates", test_raw_gates},
+        {"beta_dtype", test_beta_dtype},
+        {"states", test_states},
+        {"f16", test_f16},
+        {"f32_unsupported", test_f32_unsupported},
+        {"odd_lengths", test_odd_lengths},
+        {"varlen", test_varlen},
+        {"varlen_long_short", test_varlen_long_short},
+        {"varlen_empty_ends", test_varlen_empty_ends},
+        {"long", test_long},
+    };
+    return tu_main(tests, TU_COUNT(tests), argc, argv);
+}
