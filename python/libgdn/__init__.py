@@ -16,6 +16,7 @@ from ._capi import (
     GDNUnsupportedError,
     library_path,
 )
+from .kda import chunk_kda, fused_recurrent_kda
 from .layer import GatedDeltaNet
 from .ops import (
     chunk_gated_delta_rule,
@@ -37,10 +38,12 @@ __all__ = [
     "GatedDeltaNet",
     "chunk_gated_delta_rule",
     "chunk_gdn",
+    "chunk_kda",
     "fused_gdn_gate",
     "fused_gdn_gating",
     "fused_recurrent_gated_delta_rule",
     "fused_recurrent_gdn",
+    "fused_recurrent_kda",
     "fused_sigmoid_gating_delta_rule_update",
     "has_cuda",
     "library_path",

@@ -237,15 +237,27 @@ def chunk_gated_delta_rule(
     _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
+
+    gate = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
+    return _chunk_call(fn, q, k, v, C.GDN_GATE_GDN, gate, 0.0, beta, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                       scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first,
+                       cu_seqlens, final_state_dtype)
+
+
+chunk_gdn = chunk_gated_delta_rule
+
+
+def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
+                initial_state, output_final_state, use_qk_l2norm, state_v_first, cu_seqlens, final_state_dtype):
+    """The chunked forward once the gate is resolved: gate = (g, a, A_log, dt_bias)."""
     if final_state_dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"{fn}: final_state_dtype must be torch.float32 or torch.bfloat16, got {final_state_dtype}")
-
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
     cu = _i32(cu_seqlens, dev)
     N = cu.shape[0] - 1 if cu is not None else B
-    g_, a_, A_log_, dt_bias_ = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
+    g_, a_, A_log_, dt_bias_ = gate
 
     state_dtype = _state_dtype(q, final_state_dtype)
     h0 = initial_state
@@ -260,10 +272,10 @@ def chunk_gated_delta_rule(
 
     args = C.ChunkFwdArgs()
     args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
-    _fill_gate(args.gate, kind=C.GDN_GATE_GDN, g=g_, a=a_, A_log=A_log_, dt_bias=dt_bias_, beta=beta,
-               beta_from_logits=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+    _fill_gate(args.gate, kind=kind, g=g_, a=a_, A_log=A_log_, dt_bias=dt_bias_, beta=beta,
+               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
     args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm_in_kernel))
+    args.use_qk_l2norm = int(bool(use_qk_l2norm))
     args.cu_seqlens = C.describe(cu, "cu_seqlens")
     args.state_layout = _layout(state_v_first)
     args.initial_state = C.describe(h0, "initial_state")
@@ -273,9 +285,6 @@ def chunk_gated_delta_rule(
     L = C.lib()
     _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
     return o, final
-
-
-chunk_gdn = chunk_gated_delta_rule
 
 
 # ------------------------------------------------------------------------------------------------
@@ -385,14 +394,6 @@ def fused_recurrent_gated_delta_rule(
         raise NotImplementedError(f"{fn}: per-value-channel decays (gv) are not supported by libgdn")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
-    if final_state_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"{fn}: final_state_dtype must be torch.float32 or torch.bfloat16, got {final_state_dtype}")
-
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    dev = q.device
-    cu = _i32(cu_seqlens, dev)
-    N = cu.shape[0] - 1 if cu is not None else B
 
     # Gates: GDN scalar g, KDA per-channel gk, or both (exp(g) * exp(gk) = exp(g + gk)).
     kind = C.GDN_GATE_GDN
@@ -404,9 +405,30 @@ def fused_recurrent_gated_delta_rule(
                              f"order is q, k, v, g, gk, gv, beta: pass beta by keyword)")
         kind = C.GDN_GATE_KDA
         gk = _f32(gk)
-        g_, a_, A_log_, dt_bias_ = (gk if g is None else gk + _f32(g).unsqueeze(-1)), None, None, None
+        gate = (gk if g is None else gk + _f32(g).unsqueeze(-1)), None, None, None
     else:
-        g_, a_, A_log_, dt_bias_ = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
+        gate = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
+    return _recurrent_call(fn, q, k, v, kind, gate, 0.0, beta, use_beta_sigmoid_in_kernel, allow_neg_eigval, scale,
+                           initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first, cu_seqlens,
+                           inplace_final_state, ssm_state_indices, num_accepted_tokens, null_slot_zero,
+                           final_state_dtype)
+
+
+fused_recurrent_gdn = fused_recurrent_gated_delta_rule
+
+
+def _recurrent_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
+                    initial_state, output_final_state, use_qk_l2norm, state_v_first, cu_seqlens,
+                    inplace_final_state, ssm_state_indices, num_accepted_tokens, null_slot_zero, final_state_dtype):
+    """The recurrent forward once the gate is resolved: gate = (g, a, A_log, dt_bias)."""
+    if final_state_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"{fn}: final_state_dtype must be torch.float32 or torch.bfloat16, got {final_state_dtype}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev = q.device
+    cu = _i32(cu_seqlens, dev)
+    N = cu.shape[0] - 1 if cu is not None else B
+    g_, a_, A_log_, dt_bias_ = gate
     if beta is None:
         beta = torch.ones(B, T, HV, dtype=torch.float32, device=dev)
     elif beta.dim() == 4:
@@ -456,9 +478,9 @@ def fused_recurrent_gated_delta_rule(
     args = C.RecurrentFwdArgs()
     args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
     _fill_gate(args.gate, kind=kind, g=g_, a=a_, A_log=A_log_, dt_bias=dt_bias_, beta=beta,
-               beta_from_logits=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
     args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm_in_kernel))
+    args.use_qk_l2norm = int(bool(use_qk_l2norm))
     args.cu_seqlens = C.describe(cu, "cu_seqlens")
     args.state_layout = _layout(state_v_first)
     args.state = C.describe(state, "initial_state")
@@ -473,9 +495,6 @@ def fused_recurrent_gated_delta_rule(
     L = C.lib()
     _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
     return o, ret_state
-
-
-fused_recurrent_gdn = fused_recurrent_gated_delta_rule
 
 
 # ------------------------------------------------------------------------------------------------

@@ -89,8 +89,9 @@ def kv(state, state_v_first):
 
 
 def to_layout(state_kv, state_v_first):
-    """A [.., K, V] state in the requested layout, contiguous."""
-    return state_kv.transpose(-1, -2).contiguous() if state_v_first else state_kv.contiguous()
+    """A [.., K, V] state in the requested layout: a new contiguous tensor (never an alias)."""
+    x = state_kv.transpose(-1, -2) if state_v_first else state_kv
+    return x.clone(memory_format=torch.contiguous_format)
 
 
 def make_inputs(B, T, H, HV, K, V, dtype, device, *, kda=False, gen=None):

@@ -1,0 +1,79 @@
+"""chunk_kda and fused_recurrent_kda (per-key-channel decays) against the float64 reference."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import libgdn
+from reference import gdn_gate, kv, make_inputs, recurrence, rel_err, to_layout
+
+TOL = {torch.float32: 2e-5, torch.bfloat16: 6e-3}
+
+
+@pytest.mark.parametrize("gate", ["precomputed", "softplus", "lower_bound", "lower_bound_no_A"])
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_kda_matches_float64(device, gen, fn, gate):
+    B, T, H, HV, K, V = 1, 90, 1, 2, 64, 64
+    dtype = torch.bfloat16 if gate == "softplus" else torch.float32
+    q, k, v, g, beta = make_inputs(B, T, H, HV, K, V, dtype, "cpu", kda=True, gen=gen)
+    cu = [0, 20, 20, 90]
+    h0 = torch.randn(3, HV, K, V, generator=gen) * 0.5
+    kw = dict(initial_state=to_layout(h0, True).to(device), output_final_state=True, state_v_first=True,
+              use_qk_l2norm_in_kernel=True, cu_seqlens=torch.tensor(cu, device=device))
+    ref_g = g
+    if gate != "precomputed":
+        a = torch.randn(B, T, HV, K, generator=gen) * 2
+        A_log = torch.rand(HV, generator=gen) - 0.5
+        dt_bias = torch.randn(HV * K, generator=gen)
+        g = a
+        kw.update(use_gate_in_kernel=True, A_log=A_log.to(device), dt_bias=dt_bias.to(device))
+        x = a.double() + dt_bias.double().view(HV, K)
+        if gate == "softplus":
+            ref_g = gdn_gate(a, A_log, dt_bias.view(HV, K))
+        else:
+            kw["lower_bound"] = -3.0
+            if gate == "lower_bound_no_A":
+                kw["A_log"] = None
+                A_log = torch.zeros(HV)
+            ref_g = -3.0 * torch.sigmoid(A_log.double().exp()[:, None] * x)
+        if fn == "chunk" and gate != "softplus":
+            kw["safe_gate"] = True
+    ref_o, ref_h, _ = recurrence(q, k, v, ref_g, beta, h0=h0, cu_seqlens=cu, use_qk_l2norm=True)
+    op = libgdn.chunk_kda if fn == "chunk" else libgdn.fused_recurrent_kda
+    o, h = op(q.to(device), k.to(device), v.to(device), g.to(device), beta.to(device), **kw)
+    assert rel_err(o, ref_o) < TOL[dtype]
+    assert rel_err(kv(h, True), ref_h) < TOL[dtype]
+
+
+def test_kda_pool_decode(device, gen):
+    N, P, H, HV, K, V = 4, 6, 2, 2, 64, 64
+    q, k, v, g, beta = make_inputs(N, 1, H, HV, K, V, torch.float32, "cpu", kda=True, gen=gen)
+    pool = torch.randn(P, HV, K, V, generator=gen)
+    idx = [5, -1, 0, 2]
+    pool_dev = pool.clone().to(device)
+    o, ret = libgdn.fused_recurrent_kda(q.to(device), k.to(device), v.to(device), g.to(device), beta.to(device),
+                                        initial_state=pool_dev,
+                                        ssm_state_indices=torch.tensor(idx, device=device))
+    assert ret is pool_dev
+    for n, slot in enumerate(idx):
+        if slot < 0:
+            assert (o[n] == 0).all()
+            continue
+        ref_o, ref_h, _ = recurrence(q[n:n + 1], k[n:n + 1], v[n:n + 1], g[n:n + 1], beta[n:n + 1],
+                                     h0=pool[slot:slot + 1])
+        assert rel_err(o[n:n + 1], ref_o) < 2e-5
+        assert rel_err(ret[slot:slot + 1], ref_h) < 2e-5
+
+
+def test_kda_errors(device):
+    q = torch.randn(1, 4, 1, 64, device=device)
+    v = torch.randn(1, 4, 1, 64, device=device)
+    beta = torch.rand(1, 4, 1, device=device)
+    with pytest.raises(ValueError, match=r"g must be \[B, T, HV, K\]"):
+        libgdn.chunk_kda(q, q, v, beta, beta)
+    with pytest.raises(ValueError, match="lower_bound must be specified"):
+        libgdn.chunk_kda(q, q, v, q, beta, use_gate_in_kernel=True, safe_gate=True, A_log=beta[0, 0])
+    with pytest.raises(ValueError, match="A_log must be provided"):
+        libgdn.fused_recurrent_kda(q, q, v, q, beta, use_gate_in_kernel=True)
+    with pytest.raises(ValueError, match=r"lower_bound = -7 must be in \[-5, 0\)"):
+        libgdn.fused_recurrent_kda(q, q, v, q, beta, use_gate_in_kernel=True, A_log=beta[0, 0], lower_bound=-7.0)
