@@ -13,7 +13,7 @@
  *     O    = (exp(Gam) Q) S + P Vnew          (q carries the scale)
  *     S   <- exp(Gam_C) S + (exp(Gam_C - Gam) K)^T Vnew
  *
- * GDN: the decays factor out of the sums, so [P; A] comes from one product [Q; K] K^T and is then
+ * GDN: the decays factor out of the sums, so P and A come from Q K^T and K K^T (lower blocks only), then
  * scaled by exp(gam_i - gam_j) (i >= j, never positive). KDA: the decay sits inside the sum; for
  * each j the vector k_j[r] exp(Gam_i[r] - Gam_j[r]) is carried down the rows i > j by multiplying
  * with exp(g_i[r]), so no exponential of a positive number is ever formed and the relative error
@@ -31,28 +31,45 @@
 
 #define CHUNK 64
 #define PAD 16 /* head dims are padded to multiples of this */
-#define MR 4   /* matmul tile: MR rows x NR columns of accumulators */
+#define MR 4   /* matmul tile: MR rows x NR columns of accumulators (MR is written out as 4 rows) */
 #define NR 16
+#define KDA_NB 8 /* column block of the KDA decayed products */
 
-/* C[M][N] (+)= alpha * A[M][L] B[L][N], row-major with leading dims; M % MR == 0, N % NR == 0. */
+/* Triangular structure a matmul may exploit. */
+enum {
+    MM_FULL = 0,
+    MM_LOWER_OUT = 1, /* only C[i][j] with j <= i is wanted: other NR-blocks are left unwritten */
+    MM_LOWER_A = 2    /* A[i][l] = 0 for l > i: the sum stops at the diagonal */
+};
+
+/* C[M][N] (+)= alpha * A[M][L] B[L][N], row-major with leading dims; M % MR == 0, N % NR == 0.
+ * Four named accumulator rows (not an [MR][NR] array): with the array GCC vectorizes along l
+ * and shuffles, 5x slower; this form becomes four vector accumulators per column block. */
 static void matmul(int64_t M, int64_t N, int64_t L, float alpha, const float *restrict A, int64_t lda,
-                   const float *restrict B, int64_t ldb, float *restrict Cm, int64_t ldc, int accumulate)
+                   const float *restrict B, int64_t ldb, float *restrict Cm, int64_t ldc, int accumulate, int tri)
 {
     for (int64_t i0 = 0; i0 < M; i0 += MR) {
-        for (int64_t j0 = 0; j0 < N; j0 += NR) {
-            float acc[MR][NR] = {{0}};
-            for (int64_t l = 0; l < L; l++) {
+        const float *a0 = A + i0 * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+        const int64_t n_end = tri == MM_LOWER_OUT && i0 + MR < N ? i0 + MR : N;
+        const int64_t l_end = tri == MM_LOWER_A && i0 + MR < L ? i0 + MR : L;
+        for (int64_t j0 = 0; j0 < n_end; j0 += NR) {
+            float c0[NR] = {0}, c1[NR] = {0}, c2[NR] = {0}, c3[NR] = {0};
+            for (int64_t l = 0; l < l_end; l++) {
                 const float *b = B + l * ldb + j0;
-                for (int r = 0; r < MR; r++) {
-                    const float a = A[(i0 + r) * lda + l];
-                    for (int u = 0; u < NR; u++)
-                        acc[r][u] += a * b[u];
+                const float x0 = a0[l], x1 = a1[l], x2 = a2[l], x3 = a3[l];
+                for (int u = 0; u < NR; u++) {
+                    c0[u] += x0 * b[u];
+                    c1[u] += x1 * b[u];
+                    c2[u] += x2 * b[u];
+                    c3[u] += x3 * b[u];
                 }
             }
-            for (int r = 0; r < MR; r++) {
-                float *c = Cm + (i0 + r) * ldc + j0;
-                for (int u = 0; u < NR; u++)
-                    c[u] = (accumulate ? c[u] : 0.0f) + alpha * acc[r][u];
+            float *d0 = Cm + i0 * ldc + j0, *d1 = d0 + ldc, *d2 = d1 + ldc, *d3 = d2 + ldc;
+            for (int u = 0; u < NR; u++) {
+                d0[u] = (accumulate ? d0[u] : 0.0f) + alpha * c0[u];
+                d1[u] = (accumulate ? d1[u] : 0.0f) + alpha * c1[u];
+                d2[u] = (accumulate ? d2[u] : 0.0f) + alpha * c2[u];
+                d3[u] = (accumulate ? d3[u] : 0.0f) + alpha * c3[u];
             }
         }
     }
@@ -67,45 +84,17 @@ static void transpose(int64_t rows, int64_t cols, const float *restrict src, int
             dst[c * ldd + r] = src[r * lds + c];
 }
 
-/* KDA: kd <- kd * e, then returns sum(x * kd) in *sx and sum(y * kd) in *sy. n % 8 == 0.
- * Eight partial sums per dot product, so the loop vectorizes without reassociating floats. */
-static void decay_dot2(int64_t n, float *restrict kd, const float *restrict e, const float *restrict x,
-                       const float *restrict y, float *sx, float *sy)
-{
-    float ax[8] = {0}, ay[8] = {0};
-    for (int64_t r = 0; r < n; r += 8) {
-        for (int u = 0; u < 8; u++) {
-            const float d = kd[r + u] * e[r + u];
-            kd[r + u] = d;
-            ax[u] += x[r + u] * d;
-            ay[u] += y[r + u] * d;
-        }
-    }
-    *sx = ((ax[0] + ax[1]) + (ax[2] + ax[3])) + ((ax[4] + ax[5]) + (ax[6] + ax[7]));
-    *sy = ((ay[0] + ay[1]) + (ay[2] + ay[3])) + ((ay[4] + ay[5]) + (ay[6] + ay[7]));
-}
-
-static float dot8(int64_t n, const float *restrict x, const float *restrict y)
-{
-    float a[8] = {0};
-    for (int64_t r = 0; r < n; r += 8)
-        for (int u = 0; u < 8; u++)
-            a[u] += x[r + u] * y[r + u];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 /* Per-thread scratch, carved from one block. Kp, Vp: padded head dims. */
 typedef struct chunk_buf {
     double *gam;  /* [C][Kp] KDA, [C] GDN: in-chunk cumulative log decay */
     float *QK;    /* [2C][Kp]: rows 0..C-1 q (scaled, normalised), rows C..2C-1 k */
-    float *Kt;    /* [Kp][C]: k transposed; later exp(Gam_C - Gam) k transposed */
+    float *Kt;    /* [Kp][C]: k transposed (KDA: the decayed keys D); later exp(Gam_C - Gam) k transposed */
     float *V;     /* [C][Vp]: v, then U = beta v solved, then Vnew */
     float *QW;    /* [2C][Kp]: rows 0..C-1 exp(Gam) q, rows C..2C-1 W */
     float *Y;     /* [2C][Vp]: rows 0..C-1 O, rows C..2C-1 W S */
     float *PA;    /* [2C][C]:  rows 0..C-1 P, rows C..2C-1 A */
     float *S;     /* [Kp][Vp] state */
     float *eg;    /* [C][Kp] KDA: exp(g) per token and channel */
-    float *kd;    /* [Kp] KDA: the decayed k_j carried down the rows */
     float *beta;  /* [C] */
     double *row;  /* [Kp] one token's q, k, v or g as double */
 } chunk_buf;
@@ -114,7 +103,7 @@ static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp)
 {
     const int64_t C = CHUNK;
     int64_t doubles = C * Kp + Kp + (Vp > Kp ? Vp : Kp);
-    int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + Kp + C;
+    int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + C;
     size_t bytes = (size_t)doubles * sizeof(double) + (size_t)floats * sizeof(float);
     return (bytes + 63) / 64 * 64; /* keeps every thread's block 64-byte aligned */
 }
@@ -137,7 +126,6 @@ static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
     w.PA = f; f += 2 * C * C;
     w.S = f; f += Kp * Vp;
     w.eg = f; f += C * Kp;
-    w.kd = f; f += Kp;
     w.beta = f;
     return w;
 }
@@ -208,12 +196,13 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
     }
 }
 
-/* [P; A] for GDN: one product [Q; K] K^T, then decays exp(gam_i - gam_j) and beta. */
+/* [P; A] for GDN: Q K^T and K K^T, then the decays exp(gam_i - gam_j) and beta. */
 static void gdn_pa(const chunk_buf *w, int64_t Kp)
 {
     const int64_t C = CHUNK;
     transpose(C, Kp, w->QK + C * Kp, Kp, w->Kt, C);
-    matmul(2 * C, C, Kp, 1.0f, w->QK, Kp, w->Kt, C, w->PA, C, 0);
+    matmul(C, C, Kp, 1.0f, w->QK, Kp, w->Kt, C, w->PA, C, 0, MM_LOWER_OUT);
+    matmul(C, C, Kp, 1.0f, w->QK + C * Kp, Kp, w->Kt, C, w->PA + C * C, C, 0, MM_LOWER_OUT);
     float *P = w->PA, *A = w->PA + C * C;
     for (int64_t i = 0; i < C; i++) {
         for (int64_t j = 0; j < C; j++) {
@@ -229,22 +218,58 @@ static void gdn_pa(const chunk_buf *w, int64_t Kp)
     }
 }
 
-/* [P; A] for KDA, the decay inside the sums (see the file comment). Rows past c stay zero. */
+/* [P; A] for KDA, the decay inside the sums (see the file comment). Walking down the rows i,
+ * D[r][j] = k_j[r] exp(Gam_i[r] - Gam_j[r]) for all j < i is kept transposed in Kt, rescaled
+ * by exp(g_i) on entering row i; then A[i][j] = beta_i sum_r k_i[r] D[r][j] and
+ * P[i][j] = sum_r q_i[r] D[r][j] are column-block products like matmul's (vectorized over j).
+ * Columns j >= i of D are still zero, so those sums vanish; row i then appends k_i as column i. */
+/* One KDA_NB-column block of kda_pa: sa[u] = sum_r k[r] D[r][u], sp[u] = sum_r q[r] D[r][u].
+ * Written like matmul (read-only D, named accumulators) so that it vectorizes over u. */
+static void kda_block(int64_t Kp, const float *restrict D, int64_t ldd, const float *restrict k,
+                      const float *restrict q, float *restrict sa, float *restrict sp)
+{
+    float a[KDA_NB] = {0}, b[KDA_NB] = {0};
+    for (int64_t r = 0; r < Kp; r++) {
+        const float *d = D + r * ldd;
+        const float kr = k[r], qr = q[r];
+        for (int u = 0; u < KDA_NB; u++) {
+            a[u] += kr * d[u];
+            b[u] += qr * d[u];
+        }
+    }
+    for (int u = 0; u < KDA_NB; u++) {
+        sa[u] = a[u];
+        sp[u] = b[u];
+    }
+}
+
 static void kda_pa(const chunk_buf *w, int64_t Kp, int64_t c)
 {
     const int64_t C = CHUNK;
     const float *Q = w->QK, *K = w->QK + C * Kp;
-    float *P = w->PA, *A = w->PA + C * C;
+    float *P = w->PA, *A = w->PA + C * C, *D = w->Kt;
     memset(w->PA, 0, (size_t)(2 * C * C) * sizeof(float));
-    for (int64_t j = 0; j < c; j++) {
-        memcpy(w->kd, K + j * Kp, (size_t)Kp * sizeof(float));
-        P[j * C + j] = dot8(Kp, Q + j * Kp, w->kd);
-        for (int64_t i = j + 1; i < c; i++) {
-            float sk, sq;
-            decay_dot2(Kp, w->kd, w->eg + i * Kp, K + i * Kp, Q + i * Kp, &sk, &sq);
-            A[i * C + j] = w->beta[i] * sk;
-            P[i * C + j] = sq;
+    memset(D, 0, (size_t)(Kp * C) * sizeof(float));
+    for (int64_t i = 0; i < c; i++) {
+        const float *qi = Q + i * Kp, *ki = K + i * Kp, *e = w->eg + i * Kp;
+        const int64_t jn = (i + KDA_NB - 1) / KDA_NB * KDA_NB;
+        for (int64_t r = 0; r < Kp; r++)
+            for (int64_t j = 0; j < jn; j++)
+                D[r * C + j] *= e[r];
+        for (int64_t j0 = 0; j0 < i; j0 += KDA_NB) {
+            float sa[KDA_NB], sp[KDA_NB];
+            kda_block(Kp, D + j0, C, ki, qi, sa, sp);
+            for (int u = 0; u < KDA_NB && j0 + u < i; u++) {
+                A[i * C + j0 + u] = w->beta[i] * sa[u];
+                P[i * C + j0 + u] = sp[u];
+            }
         }
+        float diag = 0.0f;
+        for (int64_t r = 0; r < Kp; r++) {
+            diag += qi[r] * ki[r];
+            D[r * C + i] = ki[r];
+        }
+        P[i * C + i] = diag;
     }
 }
 
@@ -297,11 +322,11 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
         }
 
         /* [O; W S] = [exp(Gam) q; W] S, Vnew = U - W S, O += P Vnew. */
-        matmul(2 * C, Vp, Kp, 1.0f, w.QW, Kp, w.S, Vp, w.Y, Vp, 0);
+        matmul(2 * C, Vp, Kp, 1.0f, w.QW, Kp, w.S, Vp, w.Y, Vp, 0, MM_FULL);
         const float *WS = w.Y + C * Vp;
         for (int64_t i = 0; i < C * Vp; i++)
             U[i] -= WS[i];
-        matmul(C, Vp, C, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1);
+        matmul(C, Vp, C, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1, MM_LOWER_A);
         for (int64_t i = 0; i < c; i++)
             for (int64_t j = 0; j < V; j++)
                 gdn_st(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, j), w.Y[i * Vp + j]);
@@ -320,7 +345,7 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
             for (int64_t j = 0; j < Vp; j++)
                 w.S[r * Vp + j] *= e;
         }
-        matmul(Kp, Vp, C, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1);
+        matmul(Kp, Vp, C, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1, MM_FULL);
     }
 
     if (p->final_state.data)
