@@ -157,7 +157,9 @@ def chunk_gated_delta_rule(
 ):
     r"""
     Gated delta rule, chunked form (prefill). Same signature and results as FLA's
-    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only).
+    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only). Inputs the CUDA chunk kernel
+    does not take (float32, per-channel gates, unaligned strides) run through the recurrent kernel,
+    with a warning.
 
     Args:
         q (torch.Tensor):
@@ -283,8 +285,25 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     args.o = C.describe(o, "o")
     args.stream = C.stream_of(q)
     L = C.lib()
-    _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
+    try:
+        _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
+    except C.GDNUnsupportedError as e:
+        if dev.type != "cuda" or e.status != C.GDN_ERR_UNSUPPORTED:
+            raise
+        # The CUDA chunk kernel does not take these inputs (f32, KDA, odd strides): the recurrent
+        # kernel computes the same recurrence, token by token.
+        warnings.warn(f"{e}; running the recurrent kernel instead", stacklevel=3)
+        _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, _as_recurrent(args), dev)
     return o, final
+
+
+def _as_recurrent(c):
+    """Recurrent-forward arguments computing what chunk-forward arguments c describe."""
+    r = C.RecurrentFwdArgs()
+    r.q, r.k, r.v, r.gate, r.scale, r.use_qk_l2norm = c.q, c.k, c.v, c.gate, c.scale, c.use_qk_l2norm
+    r.cu_seqlens, r.state_layout, r.state, r.final_state = c.cu_seqlens, c.state_layout, c.initial_state, c.final_state
+    r.o, r.stream = c.o, c.stream
+    return r
 
 
 # ------------------------------------------------------------------------------------------------
