@@ -37,7 +37,7 @@ echo "== configure + build ($build, Release, -DGDN_WERROR=ON)"
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGDN_WERROR=ON >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
-grep -E "libgdn|CUDA" "$build/configure.log" || true
+grep -E "libgdn:|CUDA compiler identification" "$build/configure.log" || true
 cmake --build "$build" -j"$jobs"
 
 echo "== C tests (ctest)"

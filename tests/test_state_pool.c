@@ -21,7 +21,9 @@
 
 typedef struct pool_spec {
     const char *label;
-    int N, T, P;
+    int N, T, P;                /* T: tokens per sequence, unless varlen */
+    int varlen;                 /* packed sequences of lens[n] tokens (cu_seqlens) */
+    int32_t lens[MAXN];
     int rank2;                  /* 2-D state_indices [N, T_max] */
     int cols;                   /* T_max (>= T when per-step writes happen) */
     int32_t idx[MAXN][MAXT];    /* rank 1 uses idx[n][0] */
@@ -67,6 +69,10 @@ static void run_pool(const pool_spec *s, uint64_t seed)
     memset(&cfg, 0, sizeof cfg);
     cfg.B = s->N;
     cfg.T = s->T;
+    if (s->varlen) {
+        cfg.nseq = s->N;
+        memcpy(cfg.seqlens, s->lens, (size_t)s->N * sizeof(int32_t));
+    }
     cfg.H = 2;
     cfg.HV = 4;
     cfg.K = 64;
@@ -101,8 +107,8 @@ static void run_pool(const pool_spec *s, uint64_t seed)
     }
     unsigned char *before = tu_snapshot(pool, pool_bytes);
 
-    size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V), per_seq_o = (size_t)(cfg.T * cfg.HV * cfg.V);
-    size_t n_steps = (size_t)(cfg.B * cfg.T * slot_elems);
+    int64_t ntok = c.c.B * c.c.T, tok_o = cfg.HV * cfg.V; /* packed tokens; o elements per token */
+    size_t n_o = (size_t)(ntok * tok_o), n_steps = (size_t)(ntok * slot_elems);
     double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
     double *steps_ref = tu_alloc(n_steps * sizeof(double));
     tu_case_naive(&c, o_ref, ht_ref, steps_ref);
@@ -132,7 +138,7 @@ static void run_pool(const pool_spec *s, uint64_t seed)
     if (!s->with_final)
         memset(&a.final_state, 0, sizeof a.final_state);
     if (s->with_steps)
-        a.step_states = tu_case_state(&c, steps, sd, cfg.B * cfg.T);
+        a.step_states = tu_case_state(&c, steps, sd, ntok);
 
     gdn_status st = gdn_recurrent_fwd(&a);
     if (!tu_expect(st == GDN_OK, "%s: %s (%s)", s->label, gdn_status_string(st), gdn_last_error()))
@@ -146,9 +152,11 @@ static void run_pool(const pool_spec *s, uint64_t seed)
         if (!s->rank2) {
             expect[start[n]] = ht_ref + (size_t)(n * slot_elems);
         } else {
-            for (int t = 0; t < s->T; t++)
+            int64_t p0, p1;
+            tu_case_seq(&c, n, &p0, &p1);
+            for (int64_t t = 0; t < p1 - p0; t++)
                 if (s->idx[n][t] >= 0)
-                    expect[s->idx[n][t]] = steps_ref + (size_t)((n * s->T + t) * slot_elems);
+                    expect[s->idx[n][t]] = steps_ref + (size_t)((p0 + t) * slot_elems);
         }
     }
     char what[160];
@@ -166,9 +174,12 @@ static void run_pool(const pool_spec *s, uint64_t seed)
         }
     }
     for (int n = 0; n < s->N; n++) {
-        void *o_n = (char *)c.o + per_seq_o * (size_t)n * gdn_dtype_size(cfg.dtype);
+        int64_t p0, p1;
+        tu_case_seq(&c, n, &p0, &p1);
+        size_t per_seq_o = (size_t)((p1 - p0) * tok_o), per_seq_steps = (size_t)((p1 - p0) * slot_elems);
+        void *o_n = (char *)c.o + (size_t)(p0 * tok_o) * gdn_dtype_size(cfg.dtype);
         void *ht_n = (char *)c.ht + (size_t)(n * slot_elems) * esz;
-        void *steps_n = (char *)steps + (size_t)(n * s->T * slot_elems) * esz;
+        void *steps_n = (char *)steps + (size_t)(p0 * slot_elems) * esz;
         if (start[n] < 0) {
             tu_expect(count_nonzero(o_n, cfg.dtype, per_seq_o) == 0, "%s: skipped sequence %d: o not zeroed",
                       s->label, n);
@@ -176,12 +187,12 @@ static void run_pool(const pool_spec *s, uint64_t seed)
                 tu_expect(count_nonzero(ht_n, sd, (size_t)slot_elems) == 0,
                           "%s: skipped sequence %d: final_state not zeroed", s->label, n);
             if (s->with_steps)
-                tu_expect(count_nonzero(steps_n, sd, (size_t)(s->T * slot_elems)) == 0,
+                tu_expect(count_nonzero(steps_n, sd, per_seq_steps) == 0,
                           "%s: skipped sequence %d: step_states not zeroed", s->label, n);
             continue;
         }
         snprintf(what, sizeof what, "%s o seq %d", s->label, n);
-        tu_check(what, tu_compare(o_n, cfg.dtype, o_ref + per_seq_o * (size_t)n, GDN_DTYPE_F64, per_seq_o), 1e-5);
+        tu_check(what, tu_compare(o_n, cfg.dtype, o_ref + p0 * tok_o, GDN_DTYPE_F64, per_seq_o), 1e-5);
         if (s->with_final) {
             snprintf(what, sizeof what, "%s final_state seq %d", s->label, n);
             tu_check(what, tu_compare(ht_n, sd, ht_ref + (size_t)(n * slot_elems), GDN_DTYPE_F64, (size_t)slot_elems),
@@ -190,8 +201,7 @@ static void run_pool(const pool_spec *s, uint64_t seed)
         if (s->with_steps) {
             snprintf(what, sizeof what, "%s step_states seq %d", s->label, n);
             tu_check(what,
-                     tu_compare(steps_n, sd, steps_ref + (size_t)(n * s->T * slot_elems), GDN_DTYPE_F64,
-                                (size_t)(s->T * slot_elems)),
+                     tu_compare(steps_n, sd, steps_ref + p0 * slot_elems, GDN_DTYPE_F64, per_seq_steps),
                      tol_state(sd));
         }
     }
@@ -299,12 +309,68 @@ static int test_pool_spec_verify(void)
     return TU_PASS;
 }
 
+/* Speculative verify as vLLM calls it: packed sequences of different lengths (cu_seqlens), 2-D
+ * indices with T_max columns, writes only for the tokens each sequence has. */
+static int test_pool_spec_verify_varlen(void)
+{
+    for (int variant = 0; variant < 2; variant++) {
+        pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = variant ? "varlen 2-D idx, VK, read-only pool" : "varlen 2-D idx + num_accepted_tokens";
+        s.N = 5;
+        s.varlen = 1;
+        static const int32_t lens[5] = {4, 1, 0, 3, 2};
+        memcpy(s.lens, lens, sizeof lens);
+        s.cols = 4;
+        s.P = 24;
+        s.rank2 = 1;
+        static const int32_t idx[5][4] = {
+            {1, 2, 3, 4}, {5, -1, -1, -1}, {6, 7, 8, 9}, {10, -1, 12, 13}, {14, 15, 16, 17},
+        };
+        for (int n = 0; n < 5; n++)
+            memcpy(s.idx[n], idx[n], sizeof idx[n]);
+        /* seq 2 is empty: it still starts from (and, with 1 accepted token, writes nothing to) a slot */
+        static const int32_t nat[5] = {2, 1, 1, 4, 1};
+        memcpy(s.nat, nat, sizeof nat);
+        s.use_nat = 1;
+        s.inplace = !variant;
+        s.with_final = 1;
+        s.with_steps = 1;
+        s.layout = variant ? GDN_STATE_VK : GDN_STATE_KV;
+        s.pad = 8;
+        run_pool(&s, 400 + (uint64_t)variant);
+    }
+    return TU_PASS;
+}
+
+/* step_states without a pool, packed sequences: row = packed token index. */
+static int test_step_states_varlen(void)
+{
+    pool_spec s;
+    memset(&s, 0, sizeof s);
+    s.label = "1-D idx varlen multi-token, step_states";
+    s.N = 3;
+    s.varlen = 1;
+    s.lens[0] = 3, s.lens[1] = 0, s.lens[2] = 5;
+    s.P = 6;
+    s.idx[0][0] = 4, s.idx[1][0] = 2, s.idx[2][0] = 5;
+    s.inplace = 1;
+    s.with_final = 1;
+    s.with_steps = 1;
+    s.layout = GDN_STATE_VK;
+    s.pad = 4;
+    run_pool(&s, 500);
+    return TU_PASS;
+}
+
 int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
         {"pool_decode_inplace", test_pool_decode_inplace},
         {"pool_not_inplace", test_pool_not_inplace},
         {"pool_spec_verify", test_pool_spec_verify},
+        {"pool_spec_verify_varlen", test_pool_spec_verify_varlen},
+        {"pool_step_states_varlen", test_step_states_varlen},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }
