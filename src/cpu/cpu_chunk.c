@@ -34,6 +34,9 @@
 #define MR 4   /* matmul tile: MR rows x NR columns of accumulators (MR is written out as 4 rows) */
 #define NR 16
 #define KDA_NB 8 /* column block of the KDA decayed products */
+/* Log decays below this are raised to it: exp() of it is already 0 in f32 and f64, so nothing
+ * changes, except that a full reset (g = -inf) keeps Gam_i - Gam_j finite instead of NaN. */
+#define G_FLOOR (-1.0e4)
 
 /* Triangular structure a matmul may exploit. */
 enum {
@@ -178,6 +181,9 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
                 v[j] = 0.0f;
             w->beta[i] = (float)gdn_load_beta(p, b, t, hv, 0);
             gdn_load_gate(p, b, t, hv, 0, g);
+            for (int64_t r = 0; r < (kda ? p->K : 1); r++)
+                if (g[r] < G_FLOOR)
+                    g[r] = G_FLOOR;
             for (int64_t r = (kda ? p->K : 1); r < ng; r++)
                 g[r] = 0.0;
         } else {
