@@ -359,12 +359,11 @@ static RecurrentParams variant_params(const Set &s)
     p.num_slots = s.B;
     p.state_indices = s.idx, p.idx_s_n = 1, p.idx_cols = 1;
     p.inplace_state = 1;
-    p.prefetch_tokens = 8;
     return p;
 }
 
 template <typename StateT, int RPL>
-static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2, int prefetch = 8)
+static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     double set_bytes = call_bytes(B, T, sd);
@@ -374,11 +373,10 @@ static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps,
     for (int i = 0; i < nsets; i++) {
         sets.push_back(make_set(B, T, sd, 2000 + (uint64_t)i));
         prm.push_back(variant_params(sets.back()));
-        prm.back().prefetch_tokens = prefetch;
     }
     CK(cudaDeviceSynchronize());
     const int64_t rows_per_cta = 4 * RPL * warps;
-    const unsigned blocks = (unsigned)(B * HV * ((V + rows_per_cta - 1) / rows_per_cta));
+    const dim3 blocks((unsigned)((V + rows_per_cta - 1) / rows_per_cta), (unsigned)HV, (unsigned)B);
     int n = std::max(launches_for(est_us(B, T, sd)), std::min(nsets, 400));
     double us = time_graph(stream, n, 7, [&](int i) {
         recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true>
@@ -400,7 +398,7 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
             gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
             double bytes = call_bytes(B, T, sd);
             printf("variant %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
-            for (int w : {1, 2, 4}) {
+            for (int w : {1, 4, 8}) {
                 double us[3];
                 if (sdi == 0) {
                     us[0] = time_variant<float, 1>(stream, B, T, w, l2);
@@ -413,21 +411,6 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
                 }
                 for (int r = 0; r < 3; r++)
                     printf(" %dx%d %.2f (%.0f%%)", 1 << r, w, us[r], 100.0 * bytes / (us[r] * 1e3) / copy);
-            }
-            if (T > 1) {
-                printf(" | no prefetch, 4 warps:");
-                double us[3];
-                if (sdi == 0) {
-                    us[0] = time_variant<float, 1>(stream, B, T, 4, l2, 0);
-                    us[1] = time_variant<float, 2>(stream, B, T, 4, l2, 0);
-                    us[2] = time_variant<float, 4>(stream, B, T, 4, l2, 0);
-                } else {
-                    us[0] = time_variant<__nv_bfloat16, 1>(stream, B, T, 4, l2, 0);
-                    us[1] = time_variant<__nv_bfloat16, 2>(stream, B, T, 4, l2, 0);
-                    us[2] = time_variant<__nv_bfloat16, 4>(stream, B, T, 4, l2, 0);
-                }
-                for (int r = 0; r < 3; r++)
-                    printf(" %dx4 %.2f", 1 << r, us[r]);
             }
             printf("\n");
             fflush(stdout);

@@ -2,7 +2,8 @@
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
  * Picks a compile-time instance of the kernel in sm90_recurrent_kernel.cuh by head dim, state
  * dtype, input dtype and access path (16-byte pieces for VK rows with K contiguous, else the
- * element-wise generic path), and a CTA size by batch.
+ * element-wise generic path), and a CTA size by batch. Grid: (row blocks, HV, sequences); the
+ * kernel loops over sequences beyond 65535.
  */
 #include "cuda_common.cuh"
 #include "sm90_recurrent_kernel.cuh"
@@ -32,16 +33,18 @@ template <int K, typename StateT, typename InT, bool VEC> gdn_status launch(cons
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    /* One-warp CTAs spread small batches over every SM; larger CTAs cost fewer block launches. */
+    /* One-warp CTAs spread small batches over every SM; at large batches 4-warp CTAs stage each
+     * token's inputs once for 4 warps. */
     const int64_t warps_per_head = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
     int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
     if (warps > warps_per_head)
         warps = (int)warps_per_head;
-    const int64_t blocks = p->N * p->HV * ((warps_per_head + warps - 1) / warps);
-    if (blocks > INT32_MAX)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: %lld thread blocks exceed the CUDA grid limit",
-                             (long long)blocks);
-    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<(unsigned)blocks, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    if (p->HV > 65535)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: HV = %lld value heads exceed the CUDA grid",
+                             (long long)p->HV);
+    const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
+                    (unsigned)(p->N < 65535 ? p->N : 65535));
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
@@ -140,7 +143,6 @@ extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     prm.num_accepted_tokens = p->num_accepted_tokens;
     prm.inplace_state = p->inplace_state && p->state_indices;
     prm.null_slot_zero = p->null_slot_zero;
-    prm.prefetch_tokens = 8;
 
     switch (p->K) {
     case 64: return dispatch_state<64>(prm, p);

@@ -3,21 +3,26 @@
  * GDN gates). Launched by sm90_recurrent_fwd.cu; bench/bench_decode.cu includes it as well to time
  * tile variants the launcher does not pick.
  *
- * Memory-bound: every call reads and writes each touched state (K x V per value head), so the
- * kernel is built to stream states at copy bandwidth. Tiling (VK layout, K contiguous):
+ * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head),
+ * so the kernel is built to stream states at copy bandwidth and to keep each warp's life short
+ * (fewer bytes in flight are needed when each warp's latency chain is short). Tiling (VK layout):
  *   - a state row is one v with all K keys; a lane group of 8 lanes owns a row, each lane K/8
  *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each load instruction of the
  *     group covers 128 contiguous bytes;
- *   - a warp is 4 lane groups and each lane works RPL rows at once (RPL = rows_per_lane below), so
- *     a warp owns 4 * RPL rows of one (sequence, value head); warps never talk to each other:
- *     no shared memory, no barriers; the CTA size is only a launch choice;
- *   - all state loads are issued before any arithmetic; the state stays in registers across the
- *     tokens of the sequence (T > 1), and per-step states are stored straight from registers.
+ *   - a warp is 4 lane groups and each lane works RPL rows at once, so a warp owns 4 * RPL rows;
+ *     a CTA of W warps owns 4 * RPL * W rows of one (sequence, value head): grid = (row blocks,
+ *     HV, sequences);
+ *   - all state loads are issued first. While they are in flight the CTA stages the inputs of up
+ *     to kTokenChunk tokens in shared memory: warp w l2-normalises q and k of tokens w, w + W, ..
+ *     (pre-scaled, with k.q), computes their gates, and all threads copy v of the CTA's rows.
+ *     Per-token work that does not depend on the state is so done once per CTA, not per warp;
+ *   - the state stays in registers across all tokens (T > 1); per-step states are stored straight
+ *     from registers.
  * Per token, one butterfly over the 8 lanes of a group reduces both dots of a row at once, using
  *     o = S_new^T q = e * (S^T q) + u * (k . q),   u = beta * (v - e * (S^T k)),
- * so the output needs no second reduction after the update. q/k norms and k.q are one more
- * 3-value butterfly per token, computed redundantly by every group (it costs the same shuffles).
- * Other layouts or unaligned strides take the same code with scalar loads (the "generic" path).
+ * so the output needs no second reduction after the update.
+ * Other layouts or unaligned strides take the same code with element-wise state and q/k access
+ * (VEC = false: the generic path).
  */
 #ifndef GDN_SM90_RECURRENT_KERNEL_CUH
 #define GDN_SM90_RECURRENT_KERNEL_CUH
@@ -28,120 +33,50 @@
 namespace {
 
 constexpr int kLanesPerRow = 8;
+constexpr int kTokenChunk = 8;  /* tokens staged in shared memory at once */
+constexpr int kMaxWarps = 8;    /* CTA size limit (launch bounds) */
 
-/* Rows a lane works at once: about 32 state values in registers for f32 (8 x 16-byte loads in
- * flight per lane at K = 128), 64 for bf16 (its loads are half as large). */
+/* Rows a lane works at once: 32 state values in registers (more raise the register count past
+ * what keeps 16 warps per SM; measured in bench_decode --variants). */
 template <int K, typename StateT> __host__ __device__ constexpr int default_rows_per_lane()
 {
-    return sizeof(StateT) == 4 ? (K >= 256 ? 1 : 256 / K) : (K >= 256 ? 2 : 4);
+    return K >= 256 ? 1 : 256 / K;
 }
 
-/* K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL: rows per lane;
- * VEC: every state row and q/k is moved in 16-byte (state) pieces, else element by element with
- * any strides (the generic path: KV layout, sliced or unaligned tensors). */
-template <int K, typename StateT, typename InT, int RPL, bool VEC>
-__global__ void __launch_bounds__(128) recurrent_fwd_kernel(const RecurrentParams p)
+/* Shared staging of one chunk of tokens. */
+template <int K, int ROWS_PER_CTA> struct TokenStage {
+    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
+    alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
+    float v[kTokenChunk][ROWS_PER_CTA];
+    float e[kTokenChunk], beta[kTokenChunk], kq[kTokenChunk];
+};
+
+/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. */
+template <int K, typename InT, int ROWS_PER_CTA>
+__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA> &st, int64_t b,
+                                             int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
-    constexpr int VE = 16 / sizeof(StateT);     /* elements per 16-byte state piece */
-    constexpr int NV = K / (kLanesPerRow * VE); /* pieces per lane per row */
-    constexpr int EPL = NV * VE;                /* keys per lane */
-    constexpr int ROWS_PER_WARP = 4 * RPL;
-    static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
-
-    const int lane = threadIdx.x & 31;
-    const int group = lane / kLanesPerRow;
-    const int gl = lane % kLanesPerRow;
-    const int64_t rows_per_cta = (int64_t)ROWS_PER_WARP * (blockDim.x / 32);
-
-    /* blockIdx.x enumerates (sequence, value head, row block), row block fastest. */
-    const int64_t row_blocks = (p.V + rows_per_cta - 1) / rows_per_cta;
-    const int64_t bid = blockIdx.x;
-    const int64_t hv = (bid / row_blocks) % p.HV;
-    const int64_t n = bid / (row_blocks * p.HV);
-    const int64_t h = hv / p.G;
-    const int64_t row0 = (bid % row_blocks) * rows_per_cta + (threadIdx.x / 32) * ROWS_PER_WARP;
-    if (row0 >= p.V)
-        return; /* the whole warp leaves: no shuffle loses a partner */
-
-    int64_t rows[RPL];
-    bool row_ok[RPL];
-#pragma unroll
-    for (int r = 0; r < RPL; r++) {
-        rows[r] = row0 + r * 4 + group;
-        row_ok[r] = rows[r] < p.V;
-    }
-
-    /* Token range, clamped so that any cu_seqlens content stays in bounds. */
-    int64_t b = n, bos = 0, eos = p.T;
-    if (p.cu_seqlens) {
-        b = 0;
-        bos = clamp64(p.cu_seqlens[n], 0, p.T);
-        eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
-    }
-    const int64_t len = eos - bos;
-    const int64_t packed0 = p.cu_seqlens ? bos : n * p.T; /* packed index of the first token */
-
-    /* Start state: a pool slot, a per-sequence state, or zeros. */
-    bool skip = false;
-    StateT *src = nullptr;
-    if (p.state_indices) {
-        int64_t col = 0;
-        if (p.num_accepted_tokens) {
-            const int64_t na = p.num_accepted_tokens[n];
-            skip = na < 1 || na > p.idx_cols;
-            col = skip ? 0 : na - 1;
-        }
-        if (!skip) {
-            const int64_t slot = p.state_indices[n * p.idx_s_n + col * p.idx_s_t];
-            skip = !slot_valid(p, slot);
-            if (!skip)
-                src = (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1;
-        }
-    } else if (p.state_in) {
-        src = (StateT *)p.state_in + n * p.st_in.s0 + hv * p.st_in.s1;
-    }
-    if (skip) {
-        zero_outputs<StateT, InT, RPL, EPL, VE, NV, VEC>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
-        return;
-    }
-
-    /* All state loads first: they are the whole cost of the kernel. */
-    float s[RPL][EPL];
-#pragma unroll
-    for (int r = 0; r < RPL; r++) {
-#pragma unroll
-        for (int c = 0; c < NV; c++) {
-            const int64_t key = (int64_t)(c * kLanesPerRow + gl) * VE;
-            if (src && row_ok[r]) {
-                load_f32<StateT, VE, VEC>(src + rows[r] * p.st_in.sv + key * p.st_in.sk, p.st_in.sk, &s[r][c * VE]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VE; e++)
-                    s[r][c * VE + e] = 0.0f;
-            }
-        }
-    }
-
-    /* The token loop's loads would each wait a full memory round trip: pull the first tokens'
-     * inputs into L1 now, while the state loads are in flight. */
-    for (int64_t t = 0; t < len && t < p.prefetch_tokens; t++)
-        prefetch_token<InT, RPL, VE, NV>(p, b, bos + t, h, hv, rows, row_ok, gl);
-
-    for (int64_t t = 0; t < len; t++) {
-        const int64_t tok = bos + t;
-        TokenIn<EPL, RPL> cur;
-        load_token<InT, EPL, RPL, VE, NV, VEC>(p, b, tok, h, hv, rows, row_ok, gl, cur);
-
-        /* |q|^2, |k|^2 and k.q over the 8 lanes of the row */
+    constexpr int PER_LANE = K / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int j = warp; j < tc; j += nwarps) {
+        const int64_t t = tok0 + j;
+        const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
+        const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
+        float qv[PER_LANE], kv[PER_LANE];
         float sq = 0.0f, sk = 0.0f, qk = 0.0f;
 #pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            sq = fmaf(cur.q[i], cur.q[i], sq);
-            sk = fmaf(cur.k[i], cur.k[i], sk);
-            qk = fmaf(cur.q[i], cur.k[i], qk);
+        for (int i = 0; i < PER_LANE; i++) {
+            const int64_t d = lane + 32 * i;
+            qv[i] = gdn_to_f32<InT>(q[d * p.q_s[3]]);
+            kv[i] = gdn_to_f32<InT>(k[d * p.k_s[3]]);
+            sq = fmaf(qv[i], qv[i], sq);
+            sk = fmaf(kv[i], kv[i], sk);
+            qk = fmaf(qv[i], kv[i], qk);
         }
+        float e, beta;
+        token_gates(p, b, t, hv, &e, &beta);
 #pragma unroll
-        for (int m = 1; m < kLanesPerRow; m *= 2) {
+        for (int m = 16; m >= 1; m /= 2) {
             sq += __shfl_xor_sync(0xffffffffu, sq, m);
             sk += __shfl_xor_sync(0xffffffffu, sk, m);
             qk += __shfl_xor_sync(0xffffffffu, qk, m);
@@ -151,64 +86,193 @@ __global__ void __launch_bounds__(128) recurrent_fwd_kernel(const RecurrentParam
             rq = p.scale / sqrtf(sq + 1e-6f);
             rk = 1.0f / sqrtf(sk + 1e-6f);
         }
-        const float kq = qk * rq * rk;
 #pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            cur.q[i] *= rq;
-            cur.k[i] *= rk;
+        for (int i = 0; i < PER_LANE; i++) {
+            st.q[j][lane + 32 * i] = qv[i] * rq;
+            st.k[j][lane + 32 * i] = kv[i] * rk;
         }
-        const float e = expf(cur.g);
-
-        /* S^T k and S^T q of the old state, reduced together */
-        float dk[RPL], dq[RPL];
-#pragma unroll
-        for (int r = 0; r < RPL; r++) {
-            dk[r] = 0.0f;
-            dq[r] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < EPL; i++) {
-                dk[r] = fmaf(s[r][i], cur.k[i], dk[r]);
-                dq[r] = fmaf(s[r][i], cur.q[i], dq[r]);
-            }
-        }
-#pragma unroll
-        for (int m = 1; m < kLanesPerRow; m *= 2) {
-#pragma unroll
-            for (int r = 0; r < RPL; r++) {
-                dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
-                dq[r] += __shfl_xor_sync(0xffffffffu, dq[r], m);
-            }
-        }
-
-        InT *o = (InT *)p.o + b * p.o_s[0] + tok * p.o_s[1] + hv * p.o_s[2];
-#pragma unroll
-        for (int r = 0; r < RPL; r++) {
-            const float u = cur.beta * (cur.v[r] - e * dk[r]);
-#pragma unroll
-            for (int i = 0; i < EPL; i++)
-                s[r][i] = fmaf(e, s[r][i], cur.k[i] * u);
-            if (gl == r && row_ok[r])
-                o[rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(e, dq[r], u * kq));
-        }
-
-        /* per-step states: the step_states row of this token, and the 2-D pool slot */
-        if (p.step_states)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
-                                                     hv * p.st_step.s1,
-                                                 p.st_step, rows, row_ok, gl, s);
-        if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
-            const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
-            if (slot_valid(p, slot))
-                store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1,
-                                                     p.st_in, rows, row_ok, gl, s);
+        if (lane == 0) {
+            st.kq[j] = qk * rq * rk;
+            st.e[j] = e;
+            st.beta[j] = beta;
         }
     }
+    for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
+        const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
+        const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
+        st.v[j][rr] = row < p.V ? gdn_to_f32<InT>(v[(int64_t)row * p.v_s[3]]) : 0.0f;
+    }
+}
 
-    if (p.final_state)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin,
-                                             rows, row_ok, gl, s);
-    if (p.inplace_state && !p.idx_2d && src)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
+/* K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL: rows per lane;
+ * VEC: every state row is moved in 16-byte pieces, else element by element with any strides. */
+template <int K, typename StateT, typename InT, int RPL, bool VEC>
+__global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const RecurrentParams p)
+{
+    constexpr int VE = 16 / sizeof(StateT);     /* elements per 16-byte state piece */
+    constexpr int NV = K / (kLanesPerRow * VE); /* pieces per lane per row */
+    constexpr int EPL = NV * VE;                /* keys per lane */
+    constexpr int ROWS_PER_WARP = 4 * RPL;
+    constexpr int MAX_ROWS_PER_CTA = ROWS_PER_WARP * kMaxWarps;
+    static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
+    static_assert(VE % 4 == 0, "q/k pieces are read from shared memory as float4");
+    __shared__ TokenStage<K, MAX_ROWS_PER_CTA> st;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    const int rows_per_cta = ROWS_PER_WARP * (blockDim.x >> 5);
+    const int row_base = blockIdx.x * rows_per_cta;
+    const int hv = blockIdx.y;
+    const int h = hv / (int)p.G;
+
+    int rows[RPL];
+    bool row_ok[RPL];
+#pragma unroll
+    for (int r = 0; r < RPL; r++) {
+        rows[r] = row_base + warp * ROWS_PER_WARP + r * 4 + group;
+        row_ok[r] = rows[r] < p.V;
+    }
+
+    for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
+        /* Token range, clamped so that any cu_seqlens content stays in bounds. */
+        int64_t b = n, bos = 0, eos = p.T;
+        if (p.cu_seqlens) {
+            b = 0;
+            bos = clamp64(p.cu_seqlens[n], 0, p.T);
+            eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
+        }
+        const int64_t len = eos - bos;
+        const int64_t packed0 = p.cu_seqlens ? bos : n * p.T; /* packed index of the first token */
+
+        /* Start state: a pool slot, a per-sequence state, or zeros. */
+        bool skip = false;
+        StateT *src = nullptr;
+        if (p.state_indices) {
+            int64_t col = 0;
+            if (p.num_accepted_tokens) {
+                const int64_t na = p.num_accepted_tokens[n];
+                skip = na < 1 || na > p.idx_cols;
+                col = skip ? 0 : na - 1;
+            }
+            if (!skip) {
+                const int64_t slot = p.state_indices[n * p.idx_s_n + col * p.idx_s_t];
+                skip = !slot_valid(p, slot);
+                if (!skip)
+                    src = (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1;
+            }
+        } else if (p.state_in) {
+            src = (StateT *)p.state_in + n * p.st_in.s0 + hv * p.st_in.s1;
+        }
+        if (skip) { /* uniform over the CTA */
+            zero_outputs<StateT, InT, RPL, EPL, VE, NV, VEC>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
+            continue;
+        }
+
+        /* All state loads first: they are the whole cost of the kernel. */
+        float s[RPL][EPL];
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+#pragma unroll
+            for (int c = 0; c < NV; c++) {
+                const int key = (c * kLanesPerRow + gl) * VE;
+                if (src && row_ok[r]) {
+                    load_f32<StateT, VE, VEC>(src + (int64_t)rows[r] * p.st_in.sv + key * p.st_in.sk, p.st_in.sk,
+                                              &s[r][c * VE]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VE; e++)
+                        s[r][c * VE + e] = 0.0f;
+                }
+            }
+        }
+
+        for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
+            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            __syncthreads(); /* the previous chunk (or sequence) is no longer read */
+            stage_tokens<K, InT, MAX_ROWS_PER_CTA>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
+            __syncthreads();
+
+            for (int j = 0; j < tc; j++) {
+                const int64_t tok = bos + t0 + j;
+                const float e = st.e[j], beta = st.beta[j], kq = st.kq[j];
+
+                /* S^T k and S^T q of the old state, reduced together */
+                float dk[RPL], dq[RPL];
+#pragma unroll
+                for (int r = 0; r < RPL; r++)
+                    dk[r] = dq[r] = 0.0f;
+#pragma unroll
+                for (int c = 0; c < NV; c++) {
+#pragma unroll
+                    for (int m = 0; m < VE; m += 4) {
+                        const int key = (c * kLanesPerRow + gl) * VE + m;
+                        const float4 q4 = *reinterpret_cast<const float4 *>(&st.q[j][key]);
+                        const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
+                        const float qa[4] = {q4.x, q4.y, q4.z, q4.w}, ka[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+                        for (int r = 0; r < RPL; r++) {
+#pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                dk[r] = fmaf(s[r][c * VE + m + i], ka[i], dk[r]);
+                                dq[r] = fmaf(s[r][c * VE + m + i], qa[i], dq[r]);
+                            }
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 1; m < kLanesPerRow; m *= 2) {
+#pragma unroll
+                    for (int r = 0; r < RPL; r++) {
+                        dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
+                        dq[r] += __shfl_xor_sync(0xffffffffu, dq[r], m);
+                    }
+                }
+
+                InT *o = (InT *)p.o + b * p.o_s[0] + tok * p.o_s[1] + hv * p.o_s[2];
+                float u[RPL];
+#pragma unroll
+                for (int r = 0; r < RPL; r++) {
+                    const int rr = warp * ROWS_PER_WARP + r * 4 + group;
+                    u[r] = beta * (st.v[j][rr] - e * dk[r]);
+                    if (gl == r && row_ok[r])
+                        o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(e, dq[r], u[r] * kq));
+                }
+#pragma unroll
+                for (int c = 0; c < NV; c++) {
+#pragma unroll
+                    for (int m = 0; m < VE; m += 4) {
+                        const int key = (c * kLanesPerRow + gl) * VE + m;
+                        const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
+                        const float ka[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+                        for (int r = 0; r < RPL; r++)
+#pragma unroll
+                            for (int i = 0; i < 4; i++)
+                                s[r][c * VE + m + i] = fmaf(e, s[r][c * VE + m + i], ka[i] * u[r]);
+                    }
+                }
+
+                /* per-step states: the step_states row of this token, and the 2-D pool slot */
+                const int64_t t = t0 + j;
+                if (p.step_states)
+                    store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
+                                                                  hv * p.st_step.s1,
+                                                              p.st_step, rows, row_ok, gl, s);
+                if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
+                    const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
+                    if (slot_valid(p, slot))
+                        store_rows<StateT, RPL, EPL, VE, NV, VEC>(
+                            (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, rows, row_ok, gl, s);
+                }
+            }
+        }
+
+        if (p.final_state)
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+                                                      p.st_fin, rows, row_ok, gl, s);
+        if (p.inplace_state && !p.idx_2d && src)
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
+    }
 }
 
 } /* namespace */

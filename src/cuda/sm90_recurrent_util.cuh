@@ -59,7 +59,6 @@ struct RecurrentParams {
     const int32_t *num_accepted_tokens; /* [N] or NULL */
     int inplace_state;
     int null_slot_zero;
-    int prefetch_tokens;                /* tokens whose inputs are prefetched into L1 up front */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
@@ -120,7 +119,7 @@ __device__ __forceinline__ void store_f32(T *ptr, int64_t stride, const float *i
 
 /* Writes this lane's part of RPL state rows. base points at (slot, value head). */
 template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
-__device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st, const int64_t *rows,
+__device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st, const int *rows,
                                            const bool *row_ok, int gl, const float (*s)[EPL])
 {
 #pragma unroll
@@ -129,18 +128,11 @@ __device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st,
             continue;
 #pragma unroll
         for (int c = 0; c < NV; c++) {
-            const int64_t key = (int64_t)(c * 8 + gl) * VE;
-            store_f32<StateT, VE, VEC>(base + rows[r] * st.sv + key * st.sk, st.sk, &s[r][c * VE]);
+            const int key = (c * 8 + gl) * VE;
+            store_f32<StateT, VE, VEC>(base + (int64_t)rows[r] * st.sv + key * st.sk, st.sk, &s[r][c * VE]);
         }
     }
 }
-
-/* Inputs of one token for one lane: its q and k pieces, v of its rows, the gates. */
-template <int EPL, int RPL> struct TokenIn {
-    float q[EPL], k[EPL];
-    float v[RPL];
-    float g, beta;
-};
 
 /* softplus with vLLM's threshold, accurate expf / log1pf (judged against float64). */
 __device__ __forceinline__ float softplus(float x, float beta_sp, float threshold)
@@ -149,82 +141,32 @@ __device__ __forceinline__ float softplus(float x, float beta_sp, float threshol
     return bx > threshold ? x : log1pf(expf(bx)) / beta_sp;
 }
 
-template <typename InT, int EPL, int RPL, int VE, int NV, bool VEC>
-__device__ __forceinline__ void load_token(const RecurrentParams &p, int64_t b, int64_t t, int64_t h, int64_t hv,
-                                           const int64_t *rows, const bool *row_ok, int gl, TokenIn<EPL, RPL> &in)
+/* Decay exp(g) and write strength beta of token t of value head hv. */
+__device__ __forceinline__ void token_gates(const RecurrentParams &p, int64_t b, int64_t t, int hv, float *e,
+                                            float *beta)
 {
-    const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
-    const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
-#pragma unroll
-    for (int c = 0; c < NV; c++) {
-        const int64_t key = (int64_t)(c * 8 + gl) * VE;
-        load_f32<InT, VE, VEC>(q + key * p.q_s[3], p.q_s[3], &in.q[c * VE]);
-        load_f32<InT, VE, VEC>(k + key * p.k_s[3], p.k_s[3], &in.k[c * VE]);
-    }
-    const InT *v = (const InT *)p.v + b * p.v_s[0] + t * p.v_s[1] + hv * p.v_s[2];
-#pragma unroll
-    for (int r = 0; r < RPL; r++)
-        in.v[r] = row_ok[r] ? gdn_to_f32<InT>(v[rows[r] * p.v_s[3]]) : 0.0f;
-
+    float g;
     if (p.g) {
-        in.g = p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]];
+        g = p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]];
     } else {
         const float x = load_any(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]) +
                         (p.dt_bias ? p.dt_bias[hv * p.dt_s] : 0.0f);
-        in.g = -expf(p.A_log[hv]) * softplus(x, p.softplus_beta, p.softplus_threshold);
+        g = -expf(p.A_log[hv]) * softplus(x, p.softplus_beta, p.softplus_threshold);
     }
-    float beta = load_any(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]);
+    *e = expf(g);
+    float bt = load_any(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]);
     if (p.beta_from_logits) {
-        beta = 1.0f / (1.0f + expf(-beta));
+        bt = 1.0f / (1.0f + expf(-bt));
         if (p.allow_neg_eigval)
-            beta *= 2.0f;
+            bt *= 2.0f;
     }
-    in.beta = beta;
-}
-
-__device__ __forceinline__ int64_t dtype_bytes(gdn_dtype dt)
-{
-    return dt == GDN_DTYPE_F32 ? 4 : 2;
-}
-
-__device__ __forceinline__ void prefetch_l1(const void *ptr)
-{
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
-}
-
-/* The lines load_token will read for token t. */
-template <typename InT, int RPL, int VE, int NV>
-__device__ __forceinline__ void prefetch_token(const RecurrentParams &p, int64_t b, int64_t t, int64_t h, int64_t hv,
-                                               const int64_t *rows, const bool *row_ok, int gl)
-{
-    const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
-    const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
-#pragma unroll
-    for (int c = 0; c < NV; c++) {
-        const int64_t key = (int64_t)(c * 8 + gl) * VE;
-        prefetch_l1(q + key * p.q_s[3]);
-        prefetch_l1(k + key * p.k_s[3]);
-    }
-    const InT *v = (const InT *)p.v + b * p.v_s[0] + t * p.v_s[1] + hv * p.v_s[2];
-#pragma unroll
-    for (int r = 0; r < RPL; r++)
-        if (row_ok[r])
-            prefetch_l1(v + rows[r] * p.v_s[3]);
-    if (gl == 0) {
-        if (p.g)
-            prefetch_l1(p.g + b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]);
-        else
-            prefetch_l1((const char *)p.a + (b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]) * dtype_bytes(p.a_dtype));
-        prefetch_l1((const char *)p.beta +
-                    (b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]) * dtype_bytes(p.beta_dtype));
-    }
+    *beta = bt;
 }
 
 /* A skipped sequence: zero its outputs (o, final_state, step_states), touch nothing else. */
 template <typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC>
-__device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int64_t *rows, const bool *row_ok, int gl,
-                                             int64_t b, int64_t bos, int64_t eos, int64_t packed0, int64_t n,
-                                             int64_t hv)
+__device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int *rows, const bool *row_ok, int gl,
+                                             int64_t b, int64_t bos, int64_t eos, int64_t packed0, int64_t n, int hv)
 {
     float z[RPL][EPL];
 #pragma unroll
@@ -237,7 +179,7 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int
 #pragma unroll
         for (int r = 0; r < RPL; r++)
             if (gl == r && row_ok[r])
-                o[rows[r] * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
+                o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
         if (p.step_states)
             store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t - bos) * p.st_step.s0 +
                                                      hv * p.st_step.s1,
