@@ -250,7 +250,7 @@ static int test_matrix(void)
     static const int64_t Ts[] = {1, 2, 3, 4, 8, 17};
     static const gdn_dtype dts[] = {GDN_DTYPE_BF16, GDN_DTYPE_F16, GDN_DTYPE_F32};
     static const gdn_dtype sds[] = {GDN_DTYPE_F32, GDN_DTYPE_BF16};
-    static const int64_t KVs[][2] = {{64, 64}, {128, 128}, {256, 256}, {64, 128}, {128, 64}, {128, 96}};
+    static const int64_t KVs[][2] = {{64, 64}, {128, 128}, {256, 256}, {64, 128}, {128, 64}, {256, 64}};
     for (int li = 0; li < 2; li++) {
         for (int si = 0; si < 2; si++) {
             for (int di = 0; di < 3; di++) {
