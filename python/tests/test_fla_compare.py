@@ -65,8 +65,28 @@ def compare(name, ours, fla, ref_o, ref_h, v_first):
     row = (name, rel_err(o, ref_o), rel_err(fo, ref_o), rel_err(kv(h, v_first), ref_h),
            rel_err(kv(fh, v_first), ref_h), median_ms(ours), median_ms(fla))
     ROWS.append(row)
+    print(f"\n{row[0]}: ours o {row[1]:.2e} FLA o {row[2]:.2e} ours ht {row[3]:.2e} FLA ht {row[4]:.2e} "
+          f"ours {row[5]:.3f} ms FLA {row[6]:.3f} ms", flush=True)
     assert row[1] <= max(2 * row[2], ABS_TOL), f"{name}: o error {row[1]:.2e} vs FLA {row[2]:.2e}"
     assert row[3] <= max(2 * row[4], ABS_TOL), f"{name}: state error {row[3]:.2e} vs FLA {row[4]:.2e}"
+
+
+@pytest.mark.parametrize("v_first", [False, True])
+def test_recurrent_decode_vs_fla(v_first):
+    N, H, HV, K, V = 64, 4, 8, 128, 128
+    dev = "cuda"
+    q = torch.randn(N, 1, H, K, device=dev).bfloat16()
+    k = torch.randn(N, 1, H, K, device=dev).bfloat16()
+    v = torch.randn(N, 1, HV, V, device=dev).bfloat16()
+    g = F.logsigmoid(torch.randn(N, 1, HV, device=dev))
+    beta = torch.rand(N, 1, HV, device=dev)
+    h0 = torch.randn(N, HV, K, V, device=dev) * 0.3
+    kw = dict(initial_state=to_layout(h0, v_first), output_final_state=True, use_qk_l2norm_in_kernel=True,
+              state_v_first=v_first)
+    ref_o, ref_h, _ = recurrence(q, k, v, g, beta, h0=h0, use_qk_l2norm=True, keep_steps=False)
+    compare(f"recurrent decode N{N} bf16 {'VK' if v_first else 'KV'}",
+            lambda: libgdn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **kw),
+            lambda: fla_gdn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **kw), ref_o, ref_h, v_first)
 
 
 CHUNK_CASES = [
@@ -107,21 +127,3 @@ def test_chunk_vs_fla(case):
                                  use_qk_l2norm=True, keep_steps=False)
     compare(name, lambda: libgdn.chunk_gated_delta_rule(q, k, v, gate, beta_logits, **kw),
             lambda: fla_gdn.chunk_gated_delta_rule(q, k, v, gate, beta_logits, **kw), ref_o, ref_h, v_first)
-
-
-@pytest.mark.parametrize("v_first", [False, True])
-def test_recurrent_decode_vs_fla(v_first):
-    N, H, HV, K, V = 64, 4, 8, 128, 128
-    dev = "cuda"
-    q = torch.randn(N, 1, H, K, device=dev).bfloat16()
-    k = torch.randn(N, 1, H, K, device=dev).bfloat16()
-    v = torch.randn(N, 1, HV, V, device=dev).bfloat16()
-    g = F.logsigmoid(torch.randn(N, 1, HV, device=dev))
-    beta = torch.rand(N, 1, HV, device=dev)
-    h0 = torch.randn(N, HV, K, V, device=dev) * 0.3
-    kw = dict(initial_state=to_layout(h0, v_first), output_final_state=True, use_qk_l2norm_in_kernel=True,
-              state_v_first=v_first)
-    ref_o, ref_h, _ = recurrence(q, k, v, g, beta, h0=h0, use_qk_l2norm=True, keep_steps=False)
-    compare(f"recurrent decode N{N} bf16 {'VK' if v_first else 'KV'}",
-            lambda: libgdn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **kw),
-            lambda: fla_gdn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **kw), ref_o, ref_h, v_first)
