@@ -4,7 +4,8 @@ fused_recurrent_kda (`fla.ops.kda`), forward only, over the same libgdn ops as t
 import torch
 
 from . import _capi as C
-from .ops import _check_kwargs, _chunk_call, _f32, _forward_only, _need_4d, _recurrent_call, _state_v_first
+from .ops import (_check_kwargs, _chunk_call, _f32, _forward_only, _log_decay, _need_4d, _recurrent_call,
+                  _state_v_first)
 
 
 def _kda_gate(fn, g, v, A_log, dt_bias, use_gate_in_kernel, lower_bound, safe_gate):
@@ -18,7 +19,7 @@ def _kda_gate(fn, g, v, A_log, dt_bias, use_gate_in_kernel, lower_bound, safe_ga
         if not -5 <= lower_bound < 0:
             raise ValueError(f"{fn}: lower_bound must be in the safe range [-5, 0), got {lower_bound}")
     if not use_gate_in_kernel:
-        return (_f32(g), None, None, None), 0.0
+        return (_log_decay(g), None, None, None), 0.0
     HV, K = v.shape[2], g.shape[3]
     if A_log is None:
         if lower_bound is None:

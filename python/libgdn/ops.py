@@ -53,10 +53,16 @@ def _i32(t, device):
 
 
 def _f32(t):
-    """Gate parameters (A_log, dt_bias) and precomputed g: the C API takes float32."""
+    """Gate parameters (A_log, dt_bias): the C API takes float32."""
     if t is None:
         return None
-    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def _log_decay(g):
+    """Precomputed log decays: float32 (float64 too on the CPU's float64 path), upcast from 16-bit
+    as FLA does inside its kernels."""
+    return g if g.dtype in (torch.float32, torch.float64) else g.float()
 
 
 def _check_kwargs(fn_name, kwargs, ignored=()):
@@ -124,7 +130,7 @@ def _gate_tensors(fn_name, g, A_log, dt_bias, use_gate_in_kernel):
         return None, g, _f32(A_log).contiguous(), _f32(dt_bias)
     if g is None:
         raise ValueError(f"{fn_name}: g (log decays) is required")
-    return _f32(g), None, None, None
+    return _log_decay(g), None, None, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -423,8 +429,8 @@ def fused_recurrent_gated_delta_rule(
             raise ValueError(f"{fn}: gk must be [B, T, HV, K], got shape {tuple(gk.shape)} (FLA's positional "
                              f"order is q, k, v, g, gk, gv, beta: pass beta by keyword)")
         kind = C.GDN_GATE_KDA
-        gk = _f32(gk)
-        gate = (gk if g is None else gk + _f32(g).unsqueeze(-1)), None, None, None
+        gk = _log_decay(gk)
+        gate = (gk if g is None else gk + _log_decay(g).unsqueeze(-1)), None, None, None
     else:
         gate = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
     return _recurrent_call(fn, q, k, v, kind, gate, 0.0, beta, use_beta_sigmoid_in_kernel, allow_neg_eigval, scale,

@@ -22,7 +22,7 @@ def _tokens_view(t, B, T, tail, name, fn):
     return t.reshape(want) if tuple(t.shape) != want else t
 
 
-def decode_update(fn, *, A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b, pool, indices,
+def _decode_update(fn, *, A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b, pool, indices,
                   scale, use_qk_l2norm_in_kernel, cu_seqlens, is_kda, state_layout, inplace,
                   num_accepted_tokens=None, step_states_dtype=None):
     """Shared body of the fused sigmoid-gating decode calls. Returns (o, step_states or None)."""
@@ -135,7 +135,7 @@ def fused_sigmoid_gating_delta_rule_update(
     if intermediate_states_buffer is not None or retrieve_parent_token is not None:
         raise NotImplementedError(f"{fn}: intermediate_states_buffer / retrieve_parent_token (target verify) are "
                                   f"not supported; use fused_recurrent_gated_delta_rule with 2-D ssm_state_indices")
-    o, _ = decode_update(
+    o, _ = _decode_update(
         fn, A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold,
         q=q, k=k, v=v, b=b, pool=initial_state_source, indices=initial_state_indices, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, is_kda=is_kda,

@@ -8,7 +8,7 @@ import torch
 
 from . import _capi as C
 from .ops import fused_gdn_gating, fused_recurrent_gated_delta_rule as _fused_recurrent
-from .serving import decode_update
+from .serving import _decode_update
 
 __all__ = ["fused_recurrent_gated_delta_rule", "fused_sigmoid_gating_delta_rule_update", "fused_gdn_gating"]
 
@@ -123,7 +123,7 @@ def fused_sigmoid_gating_delta_rule_update(
     if indices is None:
         n = (cu_seqlens.shape[0] - 1) if cu_seqlens is not None else q.shape[0]
         indices = torch.arange(n, dtype=torch.int32, device=q.device)
-    o, steps = decode_update(
+    o, steps = _decode_update(
         fn, A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=beta, softplus_threshold=threshold, q=q, k=k, v=v,
         b=b, pool=initial_state, indices=indices, scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
         cu_seqlens=cu_seqlens, is_kda=is_kda, state_layout=C.GDN_STATE_VK, inplace=bool(inplace_final_state),
