@@ -187,3 +187,17 @@ def test_fused_gdn_gating(device, gen, sp, rank):
     ref_g = -A_log.double().exp() * softplus(a.double() + dt_bias.double(), sp[0], sp[1])
     assert rel_err(g.view(dims), ref_g) < 1e-6
     assert rel_err(beta.view(dims), torch.sigmoid(b.double())) < 6e-3
+
+
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_no_tokens(device, fn):
+    """T = 0 with two empty sequences: nothing to compute, final states equal the initial ones."""
+    q = torch.randn(1, 0, 1, 64, device=device, dtype=torch.bfloat16)
+    v = torch.randn(1, 0, 1, 64, device=device, dtype=torch.bfloat16)
+    g = torch.zeros(1, 0, 1, device=device)
+    h0 = torch.randn(2, 1, 64, 64, device=device)
+    op = libgdn.chunk_gated_delta_rule if fn == "chunk" else libgdn.fused_recurrent_gated_delta_rule
+    o, h = op(q, q, v, g=g, beta=g, initial_state=h0, output_final_state=True,
+              cu_seqlens=torch.tensor([0, 0, 0], device=device))
+    assert o.shape == v.shape
+    assert torch.equal(h, h0)
