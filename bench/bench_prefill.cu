@@ -4,7 +4,7 @@
  * per shape: milliseconds, tokens/s and TFLOP/s counted as 4 * T * HV * d^2.
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude bench/bench_prefill.cu \
- *        build/libgdn_static.a -o bench_prefill && ./bench_prefill [out.txt]
+ *        build/libgdn_static.a -o bench_prefill && ./bench_prefill [out.txt|-] [shape substring]
  *
  * Varlen shape 4 draws its 64 lengths from the LCG shared with bench/fla_prefill.py, so both see
  * the same cu_seqlens. Outputs are checked for NaN / Inf / poison before timing.
@@ -105,7 +105,8 @@ int main(int argc, char **argv)
         {"B1_T65536_H2_HV8", 1, 65536, 2, 8, 0, 0},
     };
     const int D = 128, WARM = 3, ITERS = 20;
-    FILE *out = argc > 1 ? fopen(argv[1], "w") : nullptr;
+    FILE *out = argc > 1 && strcmp(argv[1], "-") != 0 ? fopen(argv[1], "w") : nullptr;
+    const char *only = argc > 2 ? argv[2] : nullptr;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -115,6 +116,8 @@ int main(int argc, char **argv)
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
     for (const shape &s : shapes) {
+        if (only && !strstr(s.name, only))
+            continue;
         std::vector<int32_t> cu;
         int64_t T = s.T, N = s.B;
         if (s.nseq > 0) {

@@ -7,6 +7,7 @@
 # test      tests/test_cuda_chunk (option matrix, odd lengths, varlen, determinism, poison)
 # sanitize  compute-sanitizer memcheck and racecheck on small cases
 # bench     bench/bench_prefill.cu: gdn_chunk_fwd at the six shapes, graph and eager
+# ncu       Nsight Compute sections of the two kernels at B1_T8192 (after bench)
 # fla       bench/fla_prefill.py: FLA beside libgdn, same inputs; accuracy vs float64
 #           (needs .peers/fla carried: run(carry=[".peers/fla"]))
 #
@@ -82,6 +83,12 @@ for s in $steps; do
         nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $LIB -lpthread -o $B/bench_prefill >>"$OUT/build.log" 2>&1 &&
             $B/bench_prefill "$OUT/bench_prefill.txt" 2>&1 | tee "$OUT/bench.log"
         log "bench_prefill: rc=$?"
+        ;;
+    ncu)
+        ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy -k regex:chunk_ \
+            --launch-count 4 $B/bench_prefill - T8192 >"$OUT/ncu.log" 2>&1
+        log "ncu: rc=$?"
+        grep -E "chunk_|Duration|Warp Cycles Per Issued|Stall|Achieved Occupancy|Registers|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.log" | head -60
         ;;
     fla)
         ours=()

@@ -74,6 +74,14 @@ __device__ __forceinline__ float load_any(const void *p, gdn_dtype dt, int64_t i
     }
 }
 
+/* 2^x in one MUFU.EX2 (relative error ~2^-22); x <= 0 here, so no overflow. */
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Sequence n: batch row, first token, length, first workspace slot. */
 struct seq_info {
     int64_t row, bos, len, slot0;
@@ -110,21 +118,23 @@ __device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
 
 template <int K> struct prep_smem {
     static constexpr int QK = C * K * 2;         /* Q and K tiles, bytes each */
-    static constexpr int LD = C + 1;             /* f32 matrix row pitch */
-    static constexpr int BYTES = 2 * QK + 2 * C * LD * 4 + 5 * C * 4;
+    static constexpr int LD = C;                 /* f32 matrix row pitch */
+    static constexpr int MAT = C * LD * 4;       /* A and T (f32), aliasing Q and K once consumed */
+    static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + 5 * C * 4;
 };
 
 template <int K, typename T>
-__global__ void __launch_bounds__(128) chunk_prep_kernel(const params p)
+__global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
 {
     constexpr int KC = K / 8;
     constexpr int LD = prep_smem<K>::LD;
     extern __shared__ __align__(128) unsigned char smem[];
+    using L = prep_smem<K>;
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * K;
-    float *As = reinterpret_cast<float *>(Ks + C * K);
+    float *As = reinterpret_cast<float *>(smem);
     float *Ts = As + C * LD;
-    float *gam = Ts + C * LD;
+    float *gam = reinterpret_cast<float *>(smem + L::BYTES - 5 * C * 4);
     float *bet = gam + C;
     float *rk = bet + C;
     float *rq = rk + C;
@@ -261,53 +271,81 @@ __global__ void __launch_bounds__(128) chunk_prep_kernel(const params p)
 
     unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
     T *pm_out = reinterpret_cast<T *>(wsc + TILE_BYTES);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    {
+        /* Row and column factors into registers first: the stores into As below may alias them
+         * as far as the compiler knows. Gam is scaled to log2 so each decay is one ex2. */
+        constexpr float LOG2E = 1.4426950408889634f;
+        float gr[2], br[2], rqr[2], gcol[16], kcol[16];
 #pragma unroll
         for (int hrow = 0; hrow < 2; ++hrow) {
             const int i = 16 * warp + g + 8 * hrow;
-            float av[2], pv[2];
+            gr[hrow] = gam[i] * LOG2E;
+            br[hrow] = bet[i] * rk[i];
+            rqr[hrow] = p.scale * rq[i];
+        }
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int j = 8 * nt + 2 * t + e;
-                /* Only i >= j: exp of a non-positive number. */
-                const float dec = i >= j ? expf(gam[i] - gam[j]) : 0.f;
-                av[e] = i > j ? bet[i] * rk[i] * rk[j] * dec * kk[nt][2 * hrow + e] : 0.f;
-                pv[e] = p.scale * rq[i] * rk[j] * dec * qk[nt][2 * hrow + e];
-                As[i * LD + 8 * nt + 2 * t + e] = av[e];
+        for (int jj = 0; jj < 16; ++jj) {
+            const int j = 8 * (jj >> 1) + 2 * t + (jj & 1);
+            gcol[jj] = gam[j] * LOG2E;
+            kcol[jj] = rk[j];
+        }
+        __syncthreads(); /* Q and K consumed: A and T take their place */
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int hrow = 0; hrow < 2; ++hrow) {
+                const int i = 16 * warp + g + 8 * hrow;
+                float av[2], pv[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = 8 * nt + 2 * t + e, jj = 2 * nt + e;
+                    /* Only i >= j: 2^x of a non-positive number. */
+                    const float dec = i >= j ? fast_exp2(gr[hrow] - gcol[jj]) * kcol[jj] : 0.f;
+                    av[e] = i > j ? br[hrow] * dec * kk[nt][2 * hrow + e] : 0.f;
+                    pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
+                }
+                *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
+                *reinterpret_cast<uint32_t *>(pm_out + swz<8>(i, 8 * nt + 2 * t)) = op<T>::pack(pv[0], pv[1]);
             }
-            *reinterpret_cast<uint32_t *>(pm_out + swz<8>(i, 8 * nt + 2 * t)) = op<T>::pack(pv[0], pv[1]);
         }
     }
     __syncthreads();
 
     /* T = (I + A)^-1, unit lower triangular, by 16-row blocks: first the contribution of the
-     * finished rows above the block (independent dot products), then substitution inside it. */
-#pragma unroll 1
+     * finished rows above the block (independent dot products, all threads), then substitution
+     * inside the block, one thread per column with the block's 16 entries in registers
+     * (right-looking: each finished row is subtracted from the rows below at once). */
+#pragma unroll
     for (int r0 = 0; r0 < C; r0 += 16) {
         if (r0 > 0) {
             for (int idx = tid; idx < 16 * r0; idx += 128) {
                 const int i = r0 + idx / r0, cc = idx % r0;
-                float s = 0.f;
-                for (int j = cc; j < r0; ++j)
-                    s += As[i * LD + j] * Ts[j * LD + cc];
-                Ts[i * LD + cc] = -s;
+                float s0 = 0.f, s1 = 0.f;
+                int j = cc;
+                for (; j + 1 < r0; j += 2) {
+                    s0 += As[i * LD + j] * Ts[j * LD + cc];
+                    s1 += As[i * LD + j + 1] * Ts[(j + 1) * LD + cc];
+                }
+                if (j < r0)
+                    s0 += As[i * LD + j] * Ts[j * LD + cc];
+                Ts[i * LD + cc] = -(s0 + s1);
             }
             __syncthreads();
         }
         if (tid < r0 + 16) {
             const int cc = tid;
-            for (int i = max(r0, cc); i < r0 + 16; ++i) {
-                float s;
-                if (i == cc) {
-                    s = 1.f;
-                } else {
-                    s = cc < r0 ? Ts[i * LD + cc] : 0.f;
-                    for (int j = max(r0, cc); j < i; ++j)
-                        s -= As[i * LD + j] * Ts[j * LD + cc];
-                }
-                Ts[i * LD + cc] = s;
-            }
+            float x[16];
+#pragma unroll
+            for (int ii = 0; ii < 16; ++ii)
+                x[ii] = cc < r0 ? Ts[(r0 + ii) * LD + cc] : (r0 + ii == cc ? 1.f : 0.f);
+#pragma unroll
+            for (int ii = 0; ii < 16; ++ii)
+#pragma unroll
+                for (int i2 = ii + 1; i2 < 16; ++i2)
+                    x[i2] -= As[(r0 + i2) * LD + r0 + ii] * x[ii];
+#pragma unroll
+            for (int ii = 0; ii < 16; ++ii)
+                Ts[(r0 + ii) * LD + cc] = x[ii];
         }
         __syncthreads();
     }
@@ -342,9 +380,11 @@ __global__ void __launch_bounds__(128) chunk_prep_kernel(const params p)
 
 template <int K, int NW> struct main_smem {
     static constexpr int QK = C * K * 2;
-    static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per warp */
+    static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per slab */
     static constexpr int STAGE = 2 * QK + VT + WS_CHUNK;     /* Q, K, V, then Tb, Pm, coef */
-    static constexpr int BYTES = 2 * STAGE + VT;              /* two stages and the O staging tile */
+    static constexpr int SA = K / 16 * 32 * 16;              /* S^T A fragments of one slab */
+    static constexpr int VA = 4 * 32 * 16;                   /* Vn^T A fragments of one slab */
+    static constexpr int BYTES = 2 * STAGE + VT + NW * (SA + VA); /* + O staging, hand-off */
 };
 
 __device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
@@ -353,66 +393,99 @@ __device__ __forceinline__ float load_state(const params &p, const void *base, i
                                            : static_cast<const float *>(base)[i];
 }
 
+/* Named barriers between the two warps of one slab (ids 1 .. 2 NW; 0 is __syncthreads). */
+__device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 64;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
+
+/* Warps 0 .. NW-1 run the state chain of slab w (value columns v0 + 16w .. + 15): S^T in
+ * registers, Y, X, Vn, the update. Warps NW .. 2NW-1 compute the output of the same slab from
+ * the S^T and Vn^T fragments the chain warp hands over through shared memory, so the chain
+ * never waits on Q S or on the O stores. */
 template <int K, int NW, typename T>
-__global__ void __launch_bounds__(NW * 32, 1) chunk_main_kernel(const params p)
+__global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
 {
-    constexpr int KC = K / 8, BV = 16 * NW, NTH = NW * 32;
+    constexpr int KC = K / 8, BV = 16 * NW, NTH = NW * 64;
     using L = main_smem<K, NW>;
     extern __shared__ __align__(128) unsigned char smem[];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool out_warp = warp >= NW;
+    const int slab = out_warp ? warp - NW : warp;
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
     const int64_t n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
     const int64_t h = hv / p.G;
     const int64_t v0 = (int64_t)blockIdx.y * BV;
     const seq_info sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
-    nchunks = min(nchunks, max64(0, p.slots - sq.slot0));
+    nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
 
-    /* S^T rows v0 + 16 warp + {g, g + 8}, columns d = 8 nt + 2t + {0, 1}: accumulator layout. */
+    /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = 8 nt + 2t + {0, 1}. */
     float s[K / 8][4];
 #pragma unroll
     for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int64_t vv = v0 + 16 * warp + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
-            s[nt][e] = p.h0 ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
-                            : 0.f;
+            const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
+            s[nt][e] = p.h0 && !out_warp
+                           ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
+                           : 0.f;
         }
 
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
     const unsigned char *wsh = p.ws + ((size_t)hv * p.slots + (size_t)sq.slot0) * WS_CHUNK;
 
+    /* Per-thread copy pattern, fixed across chunks: thread tid copies 16-byte chunk qk_ch of rows
+     * qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V tile, and
+     * workspace chunks tid + NTH * it. Pointers advance by whole rows. */
+    static_assert(NTH % KC == 0 && NTH % (BV / 8) == 0, "copy pattern");
+    constexpr int QK_RP = NTH / KC, V_RP = NTH / (BV / 8);
+    const int qk_ch = tid % KC, qk_r0 = tid / KC, v_ch = tid % (BV / 8), v_r0 = tid / (BV / 8);
+    const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
+    const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
+    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
+    const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
+    const int v_soff = (v_ch >> 1) * C * 16;
+
     auto load_chunk = [&](int64_t c, int stage) {
         unsigned char *base = smem + stage * L::STAGE;
         T *Qs = reinterpret_cast<T *>(base), *Ks = Qs + C * K, *Vs = Ks + C * K;
-        const int64_t t0 = sq.bos + c * C;
         const int cl = (int)min64(C, sq.len - c * C);
-        for (int i = tid; i < C * KC; i += NTH) {
-            const int r = i / KC, ch = i % KC;
+        const T *qp = q_base + c * C * p.q_t, *kp = k_base + c * C * p.k_t;
+#pragma unroll
+        for (int it = 0; it < C / QK_RP; ++it) {
+            const int r = qk_r0 + QK_RP * it;
             const bool ok = r < cl;
-            const int64_t tq = sq.row * p.q_b + (t0 + r) * p.q_t + h * p.q_h + ch * 8;
-            const int64_t tk = sq.row * p.k_b + (t0 + r) * p.k_t + h * p.k_h + ch * 8;
-            cp_async16(Qs + swz<KC>(r, ch * 8), ok ? q + tq : q, ok ? 16 : 0);
-            cp_async16(Ks + swz<KC>(r, ch * 8), ok ? k + tk : k, ok ? 16 : 0);
+            cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
+            cp_async16(Ks + swz<KC>(r, qk_ch * 8), ok ? kp : k, ok ? 16 : 0);
+            qp += q_step;
+            kp += k_step;
         }
-        for (int i = tid; i < C * (BV / 8); i += NTH) {
-            const int r = i / (BV / 8), ch = i % (BV / 8);
+        const T *vp = v_base + c * C * p.v_t;
+#pragma unroll
+        for (int it = 0; it < C / V_RP; ++it) {
+            const int r = v_r0 + V_RP * it;
             const bool ok = r < cl;
-            const int64_t tv = sq.row * p.v_b + (t0 + r) * p.v_t + hv * p.v_h + v0 + ch * 8;
-            cp_async16(Vs + (ch >> 1) * C * 16 + swz<2>(r, (ch & 1) * 8), ok ? v + tv : v, ok ? 16 : 0);
+            cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
+            vp += v_step;
         }
-        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK;
-        unsigned char *dst = base + 2 * L::QK + L::VT;
-        for (int i = tid; i < WS_CHUNK / 16; i += NTH)
-            cp_async16(dst + 16 * i, wsc + 16 * i, 16);
+        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * tid;
+        unsigned char *dst = base + 2 * L::QK + L::VT + 16 * tid;
+#pragma unroll 4
+        for (int i = tid; i < WS_CHUNK / 16; i += NTH) {
+            cp_async16(dst, wsc, 16);
+            dst += 16 * NTH;
+            wsc += 16 * NTH;
+        }
     };
 
     if (nchunks > 0)
         load_chunk(0, 0);
     cp_async_commit();
 
-    T *Ow = reinterpret_cast<T *>(smem + 2 * L::STAGE) + warp * C * 16;
+    T *Ow = reinterpret_cast<T *>(smem + 2 * L::STAGE) + slab * C * 16;
+    uint4 *SAs = reinterpret_cast<uint4 *>(smem + 2 * L::STAGE + L::VT + slab * (L::SA + L::VA));
+    uint4 *VAs = SAs + K / 16 * 32;
+    const int bar_sa = 1 + slab, bar_va = 1 + NW + slab;
     T *o = static_cast<T *>(p.o);
 
 #pragma unroll 1
@@ -425,159 +498,179 @@ __global__ void __launch_bounds__(NW * 32, 1) chunk_main_kernel(const params p)
 
         const unsigned char *base = smem + (c & 1) * L::STAGE;
         const T *Qs = reinterpret_cast<const T *>(base), *Ks = Qs + C * K;
-        const T *Vw = Ks + C * K + warp * C * 16;
+        const T *Vw = Ks + C * K + slab * C * 16;
         const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
         const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
-        const float gc = cu[C];
 
-        /* S^T as A fragments (k = d). */
-        uint32_t sa[K / 16][4];
+        if (!out_warp) {
+            /* S^T as A fragments (k = d), handed to the output warp. */
+            uint32_t sa[K / 16][4];
 #pragma unroll
-        for (int j = 0; j < K / 16; ++j) {
-            sa[j][0] = op<T>::pack(s[2 * j][0], s[2 * j][1]);
-            sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
-            sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
-            sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
-        }
+            for (int j = 0; j < K / 16; ++j) {
+                sa[j][0] = op<T>::pack(s[2 * j][0], s[2 * j][1]);
+                sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
+                sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
+                sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
+                SAs[j * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
+            }
+            bar_arrive(bar_sa);
 
-        /* Y^T = S^T K^T and (S^T Q^T): M = 16 value rows, N = 64 tokens, k = K. */
-        float y[8][4], oa[8][4];
+            /* Y^T = S^T K^T: M = 16 value rows, N = 64 tokens, k = K. */
+            float y[8][4];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
+            for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                y[i][e] = oa[i][e] = 0.f;
+                for (int e = 0; e < 4; ++e)
+                    y[i][e] = 0.f;
 #pragma unroll
-        for (int kc = 0; kc < K / 16; ++kc)
+            for (int kc = 0; kc < K / 16; ++kc)
 #pragma unroll
-            for (int nn = 0; nn < 4; ++nn) {
-                uint32_t bk[4], bq[4];
-                ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                op<T>::mma(y[2 * nn], sa[kc], bk[0], bk[1]);
-                op<T>::mma(y[2 * nn + 1], sa[kc], bk[2], bk[3]);
-                op<T>::mma(oa[2 * nn], sa[kc], bq[0], bq[1]);
-                op<T>::mma(oa[2 * nn + 1], sa[kc], bq[2], bq[3]);
+                for (int nn = 0; nn < 4; ++nn) {
+                    uint32_t bk[4];
+                    ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                    op<T>::mma(y[2 * nn], sa[kc], bk[0], bk[1]);
+                    op<T>::mma(y[2 * nn + 1], sa[kc], bk[2], bk[3]);
+                }
+
+            /* X^T = V^T - ck * Y^T in f32, rounded once into A fragments (k = tokens). */
+            uint32_t xa[4][4];
+#pragma unroll
+            for (int jt = 0; jt < 4; ++jt) {
+                uint32_t vv[4];
+                ldsm_x4_t(vv, smem_u32(Vw + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)));
+                const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * t);
+                const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * t);
+                const float2 v00 = op<T>::unpack(vv[0]), v01 = op<T>::unpack(vv[1]);
+                const float2 v10 = op<T>::unpack(vv[2]), v11 = op<T>::unpack(vv[3]);
+                const float(&y0)[4] = y[2 * jt];
+                const float(&y1)[4] = y[2 * jt + 1];
+                xa[jt][0] = op<T>::pack(v00.x - c0.x * y0[0], v00.y - c0.y * y0[1]);
+                xa[jt][1] = op<T>::pack(v01.x - c0.x * y0[2], v01.y - c0.y * y0[3]);
+                xa[jt][2] = op<T>::pack(v10.x - c1.x * y1[0], v10.y - c1.y * y1[1]);
+                xa[jt][3] = op<T>::pack(v11.x - c1.x * y1[2], v11.y - c1.y * y1[3]);
             }
 
-        /* X^T = V^T - ck * Y^T in f32, rounded once into A fragments (k = tokens). */
-        uint32_t xa[4][4];
+            /* Vn^T = X^T Tb^T; Tb is lower triangular, so slices right of the diagonal are skipped. */
+            float vn[8][4];
 #pragma unroll
-        for (int jt = 0; jt < 4; ++jt) {
-            uint32_t vv[4];
-            ldsm_x4_t(vv, smem_u32(Vw + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)));
-            const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * t);
-            const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * t);
-            const float2 v00 = op<T>::unpack(vv[0]), v01 = op<T>::unpack(vv[1]);
-            const float2 v10 = op<T>::unpack(vv[2]), v11 = op<T>::unpack(vv[3]);
-            const float(&y0)[4] = y[2 * jt];
-            const float(&y1)[4] = y[2 * jt + 1];
-            xa[jt][0] = op<T>::pack(v00.x - c0.x * y0[0], v00.y - c0.y * y0[1]);
-            xa[jt][1] = op<T>::pack(v01.x - c0.x * y0[2], v01.y - c0.y * y0[3]);
-            xa[jt][2] = op<T>::pack(v10.x - c1.x * y1[0], v10.y - c1.y * y1[1]);
-            xa[jt][3] = op<T>::pack(v11.x - c1.x * y1[2], v11.y - c1.y * y1[3]);
-        }
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    vn[i][e] = 0.f;
+#pragma unroll
+            for (int nn = 0; nn < 4; ++nn)
+#pragma unroll
+                for (int kc = 0; kc <= nn; ++kc) {
+                    uint32_t b[4];
+                    ldsm_x4(b, smem_u32(Tb + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                    op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
+                    op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
+                }
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
+                                                op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
+                                                op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
+            bar_arrive(bar_va);
 
-        /* Vn^T = X^T Tb^T; Tb is lower triangular, so slices right of the diagonal are skipped. */
-        float vn[8][4];
+            /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
+            const float gc = cu[C];
+            uint32_t ua[4][4];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                vn[i][e] = 0.f;
-#pragma unroll
-        for (int nn = 0; nn < 4; ++nn)
-#pragma unroll
-            for (int kc = 0; kc <= nn; ++kc) {
-                uint32_t b[4];
-                ldsm_x4(b, smem_u32(Tb + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
-                op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
+            for (int j = 0; j < 4; ++j) {
+                const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * t);
+                const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * t);
+                ua[j][0] = op<T>::pack(vn[2 * j][0] * u0.x, vn[2 * j][1] * u0.y);
+                ua[j][1] = op<T>::pack(vn[2 * j][2] * u0.x, vn[2 * j][3] * u0.y);
+                ua[j][2] = op<T>::pack(vn[2 * j + 1][0] * u1.x, vn[2 * j + 1][1] * u1.y);
+                ua[j][3] = op<T>::pack(vn[2 * j + 1][2] * u1.x, vn[2 * j + 1][3] * u1.y);
             }
-        uint32_t va[4][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            va[j][0] = op<T>::pack(vn[2 * j][0], vn[2 * j][1]);
-            va[j][1] = op<T>::pack(vn[2 * j][2], vn[2 * j][3]);
-            va[j][2] = op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]);
-            va[j][3] = op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]);
-        }
-
-        /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
+            for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            const float2 cf = *reinterpret_cast<const float2 *>(cq + 8 * nt + 2 * t);
-            oa[nt][0] *= cf.x;
-            oa[nt][1] *= cf.y;
-            oa[nt][2] *= cf.x;
-            oa[nt][3] *= cf.y;
-        }
+                for (int e = 0; e < 4; ++e)
+                    s[nt][e] *= gc;
 #pragma unroll
-        for (int nn = 0; nn < 4; ++nn)
+            for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-            for (int kc = 0; kc <= nn; ++kc) {
-                uint32_t b[4];
-                ldsm_x4(b, smem_u32(Pm + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                op<T>::mma(oa[2 * nn], va[kc], b[0], b[1]);
-                op<T>::mma(oa[2 * nn + 1], va[kc], b[2], b[3]);
+                for (int nd = 0; nd < K / 16; ++nd) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, 16 * nd + (m >> 1) * 8)));
+                    op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
+                    op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
+                }
+        } else {
+            /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
+            float oa[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    oa[i][e] = 0.f;
+            bar_sync(bar_sa);
+#pragma unroll
+            for (int kc = 0; kc < K / 16; ++kc) {
+                const uint4 f = SAs[kc * 32 + lane];
+                const uint32_t a[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+                for (int nn = 0; nn < 4; ++nn) {
+                    uint32_t bq[4];
+                    ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                    op<T>::mma(oa[2 * nn], a, bq[0], bq[1]);
+                    op<T>::mma(oa[2 * nn + 1], a, bq[2], bq[3]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                const float2 cf = *reinterpret_cast<const float2 *>(cq + 8 * nt + 2 * t);
+                oa[nt][0] *= cf.x;
+                oa[nt][1] *= cf.y;
+                oa[nt][2] *= cf.x;
+                oa[nt][3] *= cf.y;
+            }
+            bar_sync(bar_va);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) {
+                const uint4 f = VAs[kc * 32 + lane];
+                const uint32_t a[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+                for (int nn = kc; nn < 4; ++nn) {
+                    uint32_t b[4];
+                    ldsm_x4(b, smem_u32(Pm + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                    op<T>::mma(oa[2 * nn], a, b[0], b[1]);
+                    op<T>::mma(oa[2 * nn + 1], a, b[2], b[3]);
+                }
             }
 
-        /* O: transpose through the warp's staging tile, then 16-byte stores of valid rows. */
+            /* O: transpose through the slab's staging tile, then 16-byte stores of valid rows. */
 #pragma unroll
-        for (int jt = 0; jt < 4; ++jt) {
-            const uint32_t ov[4] = {op<T>::pack(oa[2 * jt][0], oa[2 * jt][1]), op<T>::pack(oa[2 * jt][2], oa[2 * jt][3]),
-                                    op<T>::pack(oa[2 * jt + 1][0], oa[2 * jt + 1][1]),
-                                    op<T>::pack(oa[2 * jt + 1][2], oa[2 * jt + 1][3])};
-            stsm_x4_t(smem_u32(Ow + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)), ov);
-        }
-        __syncwarp();
-        {
+            for (int jt = 0; jt < 4; ++jt) {
+                const uint32_t ov[4] = {op<T>::pack(oa[2 * jt][0], oa[2 * jt][1]), op<T>::pack(oa[2 * jt][2], oa[2 * jt][3]),
+                                        op<T>::pack(oa[2 * jt + 1][0], oa[2 * jt + 1][1]),
+                                        op<T>::pack(oa[2 * jt + 1][2], oa[2 * jt + 1][3])};
+                stsm_x4_t(smem_u32(Ow + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)), ov);
+            }
+            __syncwarp();
             const int64_t t0 = sq.bos + c * C;
             const int cl = (int)min64(C, sq.len - c * C);
+            T *op_ = o + sq.row * p.o_b + t0 * p.o_t + hv * p.o_h + v0 + 16 * slab;
 #pragma unroll
             for (int i = lane; i < 2 * C; i += 32) {
                 const int r = i >> 1, sub = i & 1;
                 if (r < cl)
-                    *reinterpret_cast<uint4 *>(o + sq.row * p.o_b + (t0 + r) * p.o_t + hv * p.o_h + v0 + 16 * warp + 8 * sub) =
-                        *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
+                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t + 8 * sub) = *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
             }
         }
-
-        /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
-        uint32_t ua[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * t);
-            const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * t);
-            ua[j][0] = op<T>::pack(vn[2 * j][0] * u0.x, vn[2 * j][1] * u0.y);
-            ua[j][1] = op<T>::pack(vn[2 * j][2] * u0.x, vn[2 * j][3] * u0.y);
-            ua[j][2] = op<T>::pack(vn[2 * j + 1][0] * u1.x, vn[2 * j + 1][1] * u1.y);
-            ua[j][3] = op<T>::pack(vn[2 * j + 1][2] * u1.x, vn[2 * j + 1][3] * u1.y);
-        }
-#pragma unroll
-        for (int nt = 0; nt < K / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                s[nt][e] *= gc;
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-            for (int nd = 0; nd < K / 16; ++nd) {
-                uint32_t b[4];
-                ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, 16 * nd + (m >> 1) * 8)));
-                op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
-                op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
-            }
         __syncthreads();
     }
     cp_async_wait<0>();
 
-    if (p.ht) {
+    if (p.ht && !out_warp) {
 #pragma unroll
         for (int nt = 0; nt < K / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int64_t vv = v0 + 16 * warp + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
+                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
                 const int64_t i = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
                 if (p.state_dtype == GDN_DTYPE_BF16)
                     static_cast<__nv_bfloat16 *>(p.ht)[i] = __float2bfloat16_rn(s[nt][e]);
@@ -616,7 +709,7 @@ static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t s
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
                              "chunk_main smem")) != GDN_OK)
         return st;
-    mainf<<<dim3((unsigned)(p->N * p->HV), (unsigned)(p->V / (16 * NW))), NW * 32, MB, stream>>>(prm);
+    mainf<<<dim3((unsigned)(p->N * p->HV), (unsigned)(p->V / (16 * NW))), NW * 64, MB, stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
 }
 
