@@ -298,10 +298,10 @@ def describe(t, name):
     else:
         d.data = t.data_ptr()
     d.dtype = _DTYPES[t.dtype]
-    d.rank = t.dim()
-    for i, (n, s) in enumerate(zip(t.shape, t.stride())):
-        d.shape[i] = n
-        d.stride[i] = s
+    rank = t.dim()
+    d.rank = rank
+    d.shape[:rank] = t.shape
+    d.stride[:rank] = t.stride()
     return d
 
 

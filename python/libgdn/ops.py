@@ -20,14 +20,16 @@ from . import _capi as C
 
 
 def _run(fn_name, size_fn, run_fn, args, device):
-    """Query the workspace, allocate it with torch on `device`, run. `args` is the filled struct."""
-    nbytes = C.ctypes.c_size_t(0)
-    C.check(size_fn(C.ctypes.byref(args), C.ctypes.byref(nbytes)), fn_name)
-    buf, ptr = C.workspace(nbytes.value, device)
-    args.workspace = ptr
-    args.workspace_bytes = nbytes.value
+    """Query the workspace (CUDA; the CPU backend takes none), allocate it with torch on `device`,
+    run. `args` is the filled struct."""
+    buf = None
+    if device.type == "cuda":
+        nbytes = C.ctypes.c_size_t(0)
+        C.check(size_fn(C.ctypes.byref(args), C.ctypes.byref(nbytes)), fn_name)
+        buf, args.workspace = C.workspace(nbytes.value, device)
+        args.workspace_bytes = nbytes.value
     C.check(run_fn(C.ctypes.byref(args)), fn_name)
-    del buf  # returned to torch's allocator; on CUDA it stays reserved for this stream's queued work
+    del buf  # back to torch's allocator; on CUDA it stays reserved for this stream's queued work
 
 
 def _forward_only(fn, *tensors):
