@@ -91,10 +91,10 @@ def test_recurrent_decode_vs_fla(v_first):
 
 CHUNK_CASES = [
     # name, B, T, H, HV, K, V, cu_seqlens, options
-    ("chunk bf16 B2 T1024 H4 K128", 2, 1024, 4, 4, 128, 128, None, {}),
+    # One head-dim pair, since each new shape costs FLA a round of Triton compiles on the device.
+    ("chunk bf16 B2 T1024 H4 K128 h0", 2, 1024, 4, 4, 128, 128, None, dict(h0=True)),
     ("chunk bf16 GVA varlen gate-in-kernel vfirst", 1, 1500, 2, 8, 128, 128, [0, 300, 301, 1024, 1500],
      dict(gate_in_kernel=True, v_first=True)),
-    ("chunk bf16 K64 V256 l2norm h0", 2, 700, 2, 2, 64, 256, None, dict(h0=True)),
 ]
 
 
