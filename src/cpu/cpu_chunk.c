@@ -37,6 +37,7 @@
 /* Log decays below this are raised to it: exp() of it is already 0 in f32 and f64, so nothing
  * changes, except that a full reset (g = -inf) keeps Gam_i - Gam_j finite instead of NaN. */
 #define G_FLOOR (-1.0e4)
+#define FS_BLOCK 16 /* rows per block of the forward substitution */
 
 /* Triangular structure a matmul may exploit. */
 enum {
@@ -279,6 +280,30 @@ static void kda_pa(const chunk_buf *w, int64_t Kp, int64_t c)
     }
 }
 
+/* W <- (I + A)^-1 W and U <- (I + A)^-1 U for the unit lower triangular I + A (A strictly lower,
+ * [C][C]), rows 0..c-1. Blocks of FS_BLOCK rows: the earlier blocks' contribution is one matmul,
+ * only the small triangles inside a block are row by row. */
+static void forward_substitute(const float *A, float *W, int64_t Kp, float *U, int64_t Vp, int64_t c)
+{
+    const int64_t C = CHUNK;
+    for (int64_t b0 = 0; b0 < c; b0 += FS_BLOCK) {
+        if (b0 > 0) {
+            matmul(FS_BLOCK, Kp, b0, -1.0f, A + b0 * C, C, W, Kp, W + b0 * Kp, Kp, 1, MM_FULL);
+            matmul(FS_BLOCK, Vp, b0, -1.0f, A + b0 * C, C, U, Vp, U + b0 * Vp, Vp, 1, MM_FULL);
+        }
+        const int64_t b1 = b0 + FS_BLOCK < c ? b0 + FS_BLOCK : c;
+        for (int64_t i = b0 + 1; i < b1; i++) {
+            for (int64_t j = b0; j < i; j++) {
+                const float a = A[i * C + j];
+                for (int64_t r = 0; r < Kp; r++)
+                    W[i * Kp + r] -= a * W[j * Kp + r];
+                for (int64_t r = 0; r < Vp; r++)
+                    U[i * Vp + r] -= a * U[j * Vp + r];
+            }
+        }
+    }
+}
+
 static void chunk_item(void *ctxp, int64_t item, int thread)
 {
     const chunk_ctx *ctx = (const chunk_ctx *)ctxp;
@@ -306,7 +331,7 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
 
         /* exp(Gam) q, W = beta exp(Gam) k, U = beta v; then the forward substitution. */
         float *Qg = w.QW, *W = w.QW + C * Kp, *U = w.V;
-        const float *Q = w.QK, *Kc = w.QK + C * Kp, *A = w.PA + C * C;
+        const float *Q = w.QK, *Kc = w.QK + C * Kp;
         for (int64_t i = 0; i < C; i++) {
             const float bi = w.beta[i], e1 = kda ? 0.0f : expf((float)w.gam[i]);
             for (int64_t r = 0; r < Kp; r++) {
@@ -317,15 +342,7 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
             for (int64_t j = 0; j < Vp; j++)
                 U[i * Vp + j] *= bi;
         }
-        for (int64_t i = 1; i < c; i++) {
-            for (int64_t j = 0; j < i; j++) {
-                const float a = A[i * C + j];
-                for (int64_t r = 0; r < Kp; r++)
-                    W[i * Kp + r] -= a * W[j * Kp + r];
-                for (int64_t r = 0; r < Vp; r++)
-                    U[i * Vp + r] -= a * U[j * Vp + r];
-            }
-        }
+        forward_substitute(w.PA + C * C, W, Kp, U, Vp, c);
 
         /* [O; W S] = [exp(Gam) q; W] S, Vnew = U - W S, O += P Vnew. */
         matmul(2 * C, Vp, Kp, 1.0f, w.QW, Kp, w.S, Vp, w.Y, Vp, 0, MM_FULL);
