@@ -16,6 +16,7 @@
  *     a path that needs contiguity reports GDN_ERR_UNSUPPORTED instead of computing garbage.
  *   - An "absent" tensor has data == NULL; every argument documented as "may be absent" can be
  *     left zero-initialised. Zero-initialise every args struct ({0}) and fill what you use.
+ *     A present tensor with no elements still needs a non-NULL (aligned) data pointer.
  *   - Token-major layout: q, k [B, T, H, K]; v, o [B, T, HV, V]. Varlen: B = 1 and cu_seqlens
  *     [N + 1] int32 marks N packed sequences.
  *   - State layouts: GDN_STATE_KV = [N, HV, K, V] (FLA default), GDN_STATE_VK = [N, HV, V, K]
@@ -193,7 +194,7 @@ typedef struct gdn_chunk_fwd_args {
     gdn_tensor initial_state; /* [N, HV, K, V] (KV) or [N, HV, V, K] (VK); may be absent (zeros) */
     gdn_tensor final_state;   /* same shape; may be absent; may alias initial_state exactly */
 
-    gdn_tensor o;            /* [B, T, HV, V] same dtype as q; must not overlap any input */
+    gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
 
     void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes; CPU: ignored */
     size_t workspace_bytes;
@@ -230,14 +231,20 @@ typedef struct gdn_recurrent_fwd_args {
     /* Write states back into the pool in place (needs state_indices):
      *   1-D indices: the final state goes to the start slot;
      *   2-D indices: the state after token t of sequence n goes to slot state_indices[n, t]
-     *                for t < length(n); a negative slot skips only that write. */
+     *                for t < length(n), so every length must be <= T_max; an invalid slot
+     *                (below) skips only that write. */
     int inplace_state;
-    /* Slot handling: a start slot < 0 (or <= 0 with null_slot_zero, vLLM's null block) or a
-     * num_accepted_tokens[n] outside [1, T_max] skips sequence n: nothing is read, nothing is
-     * written to the pool, and its outputs (o, final_state, step_states) are zeroed. */
+    /* Slot handling: a slot < 0 is invalid (padding, vLLM's PAD_SLOT_ID); with null_slot_zero
+     * (needs state_indices) slot 0 is invalid too (vLLM's null block), for start slots and
+     * per-step slots alike. An invalid start slot or a num_accepted_tokens[n] outside
+     * [1, T_max] skips sequence n: nothing is read, nothing is written to the pool, and its
+     * outputs (o, final_state, step_states) are zeroed. Host-resident indices must be < P;
+     * device-resident indices >= P are treated as invalid. */
     int null_slot_zero;
 
-    gdn_tensor final_state;  /* [N, HV, K, V] / [N, HV, V, K]; may be absent; same dtype as state */
+    /* [N, HV, K, V] / [N, HV, V, K]; may be absent; same dtype as state. Without state_indices it
+     * may alias state exactly (in-place update of per-sequence states). */
+    gdn_tensor final_state;
     gdn_tensor step_states;  /* [B * T, HV, K, V] / [B * T, HV, V, K]: the state after every token
                               * (token-major, row = packed token index); may be absent */
 

@@ -17,8 +17,7 @@
  * or num_accepted outside [1, idx_cols] skips the sequence: nothing is read or written in the
  * pool and its o / final_state / step_states rows are zeroed. Pool writes: 1-D indices
  * (idx_cols == 1) write the final state to the start slot; 2-D indices write the state after
- * token t to idx[n, t], skipping negative slots only (as gdn.h says: null_slot_zero concerns
- * the start slot; a write to the null block 0 is harmless).
+ * token t to idx[n, t], skipping invalid slots (negative, or 0 with null_slot_zero, as gdn.h says).
  */
 #include <stdlib.h>
 
@@ -31,7 +30,7 @@ typedef struct rec_ctx {
     int exact;         /* f64 problem: keep in-kernel gates in double */
 } rec_ctx;
 
-/* Is `slot` a usable start slot under the null-slot rules? */
+/* Is `slot` a usable pool slot under the null-slot rules? */
 static int slot_valid(const gdn_problem *p, int64_t slot) { return p->null_slot_zero ? slot > 0 : slot >= 0; }
 
 static void store_state(const gdn_problem *p, const gdn_view *dst, int64_t slot, int64_t hv, const double *S)
@@ -157,7 +156,7 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
             store_state(p, &p->step_states, b * p->T + t, hv, S);
         if (per_step_pool && i < p->idx_cols) {
             int64_t dst = idx_row[i * p->idx_stride_t];
-            if (dst >= 0)
+            if (slot_valid(p, dst))
                 store_state(p, &p->state_in, dst, hv, S);
         }
     }
