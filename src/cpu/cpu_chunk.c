@@ -100,13 +100,13 @@ typedef struct chunk_buf {
     float *S;     /* [Kp][Vp] state */
     float *eg;    /* [C][Kp] KDA: exp(g) per token and channel */
     float *beta;  /* [C] */
-    double *row;  /* [Kp] one token's q, k, v or g as double */
+    double *row;  /* [Kp] one token's q, k or g as double */
 } chunk_buf;
 
 static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp)
 {
     const int64_t C = CHUNK;
-    int64_t doubles = C * Kp + Kp + (Vp > Kp ? Vp : Kp);
+    int64_t doubles = C * Kp + Kp;
     int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + C;
     size_t bytes = (size_t)doubles * sizeof(double) + (size_t)floats * sizeof(float);
     return (bytes + 63) / 64 * 64; /* keeps every thread's block 64-byte aligned */
@@ -120,7 +120,7 @@ static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
     w.gam = d;
     d += C * Kp;
     w.row = d;
-    d += (Vp > Kp ? Vp : Kp) + Kp;
+    d += Kp;
     float *f = (float *)d;
     w.QK = f; f += 2 * C * Kp;
     w.Kt = f; f += Kp * C;
@@ -225,11 +225,6 @@ static void gdn_pa(const chunk_buf *w, int64_t Kp)
     }
 }
 
-/* [P; A] for KDA, the decay inside the sums (see the file comment). Walking down the rows i,
- * D[r][j] = k_j[r] exp(Gam_i[r] - Gam_j[r]) for all j < i is kept transposed in Kt, rescaled
- * by exp(g_i) on entering row i; then A[i][j] = beta_i sum_r k_i[r] D[r][j] and
- * P[i][j] = sum_r q_i[r] D[r][j] are column-block products like matmul's (vectorized over j).
- * Columns j >= i of D are still zero, so those sums vanish; row i then appends k_i as column i. */
 /* One KDA_NB-column block of kda_pa: sa[u] = sum_r k[r] D[r][u], sp[u] = sum_r q[r] D[r][u].
  * Written like matmul (read-only D, named accumulators) so that it vectorizes over u. */
 static void kda_block(int64_t Kp, const float *restrict D, int64_t ldd, const float *restrict k,
@@ -250,6 +245,11 @@ static void kda_block(int64_t Kp, const float *restrict D, int64_t ldd, const fl
     }
 }
 
+/* [P; A] for KDA, the decay inside the sums (see the file comment). Walking down the rows i,
+ * D[r][j] = k_j[r] exp(Gam_i[r] - Gam_j[r]) for all j < i is kept transposed in Kt, rescaled
+ * by exp(g_i) on entering row i; then A[i][j] = beta_i sum_r k_i[r] D[r][j] and
+ * P[i][j] = sum_r q_i[r] D[r][j] are column-block products like matmul's (vectorized over j).
+ * Columns j >= i of D are still zero, so those sums vanish; row i then appends k_i as column i. */
 static void kda_pa(const chunk_buf *w, int64_t Kp, int64_t c)
 {
     const int64_t C = CHUNK;
