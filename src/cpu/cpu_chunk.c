@@ -19,9 +19,8 @@
  * with exp(g_i[r]), so no exponential of a positive number is ever formed and the relative error
  * of each factor grows only with the number of tokens between i and j (at most 63 roundings).
  *
- * Every chunk is computed at full size: the last chunk is zero padded (zero q, k, v and beta,
- * g = 0), and head dims are padded to multiples of 16 with zeros, so the matrix products need
- * no edge cases. They are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
+ * A short last chunk is zero padded to a multiple of 16 rows (zero q, k, v and beta, g = 0),
+ * and head dims to multiples of 16 columns, so the matrix products need no edge cases. They are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
  *
  * f64 problems (the oracle) go to the recurrent reference, which is exact in double.
  */
@@ -38,6 +37,7 @@
  * changes, except that a full reset (g = -inf) keeps Gam_i - Gam_j finite instead of NaN. */
 #define G_FLOOR (-1.0e4)
 #define FS_BLOCK 16 /* rows per block of the forward substitution */
+#define ROW_PAD 16  /* a short chunk is computed with its rows padded to a multiple of this */
 
 /* Triangular structure a matmul may exploit. */
 enum {
@@ -160,15 +160,15 @@ static void load_qk_row(const gdn_problem *p, const gdn_view *x, int64_t b, int6
 }
 
 /* Fills q, k, v, beta and the cumulative gates of the chunk of c tokens starting at token t0,
- * zero padding rows c..C-1 (with g = 0 there, so Gam stays flat past the last token). */
+ * zero padding rows c..cp-1 (with g = 0 there, so Gam stays flat past the last token). */
 static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int64_t Vp, int64_t b, int64_t t0,
-                       int64_t c, int64_t hv)
+                       int64_t c, int64_t cp, int64_t hv)
 {
     const int64_t C = CHUNK, h = hv / p->G;
     const int kda = p->gate_kind == GDN_GATE_KDA;
     const int64_t ng = kda ? Kp : 1;
     double *g = w->row;
-    for (int64_t i = 0; i < C; i++) {
+    for (int64_t i = 0; i < cp; i++) {
         float *q = w->QK + i * Kp, *k = w->QK + (C + i) * Kp, *v = w->V + i * Vp;
         double *gam = w->gam + i * ng;
         const double *prev = i > 0 ? gam - ng : NULL;
@@ -203,16 +203,17 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
     }
 }
 
-/* [P; A] for GDN: Q K^T and K K^T, then the decays exp(gam_i - gam_j) and beta. */
-static void gdn_pa(const chunk_buf *w, int64_t Kp)
+/* [P; A] for GDN, rows and columns 0..cp-1: Q K^T and K K^T, then the decays
+ * exp(gam_i - gam_j) and beta. */
+static void gdn_pa(const chunk_buf *w, int64_t Kp, int64_t cp)
 {
     const int64_t C = CHUNK;
-    transpose(C, Kp, w->QK + C * Kp, Kp, w->Kt, C);
-    matmul(C, C, Kp, 1.0f, w->QK, Kp, w->Kt, C, w->PA, C, 0, MM_LOWER_OUT);
-    matmul(C, C, Kp, 1.0f, w->QK + C * Kp, Kp, w->Kt, C, w->PA + C * C, C, 0, MM_LOWER_OUT);
+    transpose(cp, Kp, w->QK + C * Kp, Kp, w->Kt, C);
+    matmul(cp, cp, Kp, 1.0f, w->QK, Kp, w->Kt, C, w->PA, C, 0, MM_LOWER_OUT);
+    matmul(cp, cp, Kp, 1.0f, w->QK + C * Kp, Kp, w->Kt, C, w->PA + C * C, C, 0, MM_LOWER_OUT);
     float *P = w->PA, *A = w->PA + C * C;
-    for (int64_t i = 0; i < C; i++) {
-        for (int64_t j = 0; j < C; j++) {
+    for (int64_t i = 0; i < cp; i++) {
+        for (int64_t j = 0; j < cp; j++) {
             if (j > i) {
                 P[i * C + j] = 0.0f;
                 A[i * C + j] = 0.0f;
@@ -322,17 +323,18 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
                 w.S[r * Vp + c] = (float)gdn_ld(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, n, hv, r, c));
 
     for (int64_t t0 = 0; t0 < len; t0 += C) {
-        const int64_t c = len - t0 < C ? len - t0 : C;
-        load_chunk(p, &w, Kp, Vp, b, bos + t0, c, hv);
+        /* c tokens, computed as cp rows: a short last chunk costs what its length needs. */
+        const int64_t c = len - t0 < C ? len - t0 : C, cp = (c + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+        load_chunk(p, &w, Kp, Vp, b, bos + t0, c, cp, hv);
         if (kda)
             kda_pa(&w, Kp, c);
         else
-            gdn_pa(&w, Kp);
+            gdn_pa(&w, Kp, cp);
 
         /* exp(Gam) q, W = beta exp(Gam) k, U = beta v; then the forward substitution. */
         float *Qg = w.QW, *W = w.QW + C * Kp, *U = w.V;
         const float *Q = w.QK, *Kc = w.QK + C * Kp;
-        for (int64_t i = 0; i < C; i++) {
+        for (int64_t i = 0; i < cp; i++) {
             const float bi = w.beta[i], e1 = kda ? 0.0f : expf((float)w.gam[i]);
             for (int64_t r = 0; r < Kp; r++) {
                 const float e = kda ? expf((float)w.gam[i * Kp + r]) : e1;
@@ -344,19 +346,20 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
         }
         forward_substitute(w.PA + C * C, W, Kp, U, Vp, c);
 
-        /* [O; W S] = [exp(Gam) q; W] S, Vnew = U - W S, O += P Vnew. */
-        matmul(2 * C, Vp, Kp, 1.0f, w.QW, Kp, w.S, Vp, w.Y, Vp, 0, MM_FULL);
-        const float *WS = w.Y + C * Vp;
-        for (int64_t i = 0; i < C * Vp; i++)
+        /* O = exp(Gam) q S, Vnew = U - W S, O += P Vnew. */
+        float *WS = w.Y + C * Vp;
+        matmul(cp, Vp, Kp, 1.0f, Qg, Kp, w.S, Vp, w.Y, Vp, 0, MM_FULL);
+        matmul(cp, Vp, Kp, 1.0f, W, Kp, w.S, Vp, WS, Vp, 0, MM_FULL);
+        for (int64_t i = 0; i < cp * Vp; i++)
             U[i] -= WS[i];
-        matmul(C, Vp, C, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1, MM_LOWER_A);
+        matmul(cp, Vp, cp, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1, MM_LOWER_A);
         for (int64_t i = 0; i < c; i++)
             for (int64_t j = 0; j < V; j++)
                 gdn_st(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, j), w.Y[i * Vp + j]);
 
-        /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew; Gam_C is the last row (padding is flat). */
-        const double *gl = w.gam + (C - 1) * (kda ? Kp : 1);
-        for (int64_t i = 0; i < C; i++) {
+        /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew; Gam_C is the last token's row. */
+        const double *gl = w.gam + (c - 1) * (kda ? Kp : 1);
+        for (int64_t i = 0; i < cp; i++) {
             const float e1 = kda ? 0.0f : expf((float)(gl[0] - w.gam[i]));
             for (int64_t r = 0; r < Kp; r++) {
                 const float e = kda ? expf((float)(gl[r] - w.gam[i * Kp + r])) : e1;
@@ -368,7 +371,7 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
             for (int64_t j = 0; j < Vp; j++)
                 w.S[r * Vp + j] *= e;
         }
-        matmul(Kp, Vp, C, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1, MM_FULL);
+        matmul(Kp, Vp, cp, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1, MM_FULL);
     }
 
     if (p->final_state.data)
