@@ -11,8 +11,8 @@
  *     A_log/dt_bias, indices) and its fraction of the copy ceiling: a 1 GiB device-to-device
  *     copy timed with events outside graph replay (under replay it reads lower and would flatter).
  * Before timing, it checks one small case of each state dtype against the CPU backend.
- * With --variants it also times tile shapes the launcher does not pick (rows per lane, warps per
- * CTA) by launching the kernel template directly.
+ * With --variants it also times tile shapes the launcher does not pick (fast path: tile rows and
+ * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -362,10 +362,9 @@ static RecurrentParams variant_params(const Set &s)
     return p;
 }
 
-template <typename StateT, int RPL>
-static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
+/* Time per call (cold) of the kernel `launch(stream, params)` on the issue's shape. */
+template <typename F> static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, F launch)
 {
-    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     double set_bytes = call_bytes(B, T, sd);
     int nsets = std::max(1, (int)ceil(3.0 * (double)l2 / set_bytes));
     std::vector<Set> sets;
@@ -375,12 +374,9 @@ static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps,
         prm.push_back(variant_params(sets.back()));
     }
     CK(cudaDeviceSynchronize());
-    const int64_t rows_per_cta = 4 * RPL * warps;
-    const dim3 blocks((unsigned)((V + rows_per_cta - 1) / rows_per_cta), (unsigned)HV, (unsigned)B);
     int n = std::max(launches_for(est_us(B, T, sd)), std::min(nsets, 400));
     double us = time_graph(stream, n, 7, [&](int i) {
-        recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true>
-            <<<blocks, 32 * warps, 0, stream>>>(prm[(size_t)(i % nsets)]);
+        launch(stream, prm[(size_t)(i % nsets)]);
         CK(cudaGetLastError());
     });
     for (Set &s : sets)
@@ -388,9 +384,34 @@ static double time_variant(cudaStream_t stream, int64_t B, int64_t T, int warps,
     return us;
 }
 
+/* The fast path with a tile of `rows` rows and `warps` warps per CTA. */
+template <typename StateT>
+static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    constexpr int RPL = default_rows_per_lane<128, StateT>();
+    const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
+    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
+    return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+        recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL><<<grid, 32 * warps, 0, st>>>(p, rows);
+    });
+}
+
+/* The register path with 16-byte state pieces (RPL rows per lane, `warps` warps per CTA). */
+template <typename StateT, int RPL>
+static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    const int rows = 4 * RPL * warps;
+    const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
+    return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+        recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true><<<grid, 32 * warps, 0, st>>>(p);
+    });
+}
+
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
 {
-    printf("\ntile variants (cold, us; %% of copy): state T B | RPL x warps ...\n");
+    printf("\nvariants (cold us, %% of copy): tma rows x warps ..., regs RPL x warps\n");
     const int64_t cases[][2] = {{1, 1}, {8, 1}, {64, 1}, {512, 1}, {256, 4}, {256, 8}};
     for (int sdi = 0; sdi < 2; sdi++) {
         for (const auto &c : cases) {
@@ -398,21 +419,18 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
             gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
             double bytes = call_bytes(B, T, sd);
             printf("variant %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
-            for (int w : {1, 4, 8}) {
-                double us[3];
-                if (sdi == 0) {
-                    us[0] = time_variant<float, 1>(stream, B, T, w, l2);
-                    us[1] = time_variant<float, 2>(stream, B, T, w, l2);
-                    us[2] = time_variant<float, 4>(stream, B, T, w, l2);
-                } else {
-                    us[0] = time_variant<__nv_bfloat16, 1>(stream, B, T, w, l2);
-                    us[1] = time_variant<__nv_bfloat16, 2>(stream, B, T, w, l2);
-                    us[2] = time_variant<__nv_bfloat16, 4>(stream, B, T, w, l2);
+            const int max_rows = sdi ? 128 : 64;
+            for (int rows = 16; rows <= max_rows; rows *= 2) {
+                for (int w : {1, 2, 4}) {
+                    if (w * 8 > rows)
+                        continue;
+                    double us = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, w, l2)
+                                    : time_tma<float>(stream, B, T, rows, w, l2);
+                    printf(" tma %dx%d %.2f (%.0f%%)", rows, w, us, 100.0 * bytes / (us * 1e3) / copy);
                 }
-                for (int r = 0; r < 3; r++)
-                    printf(" %dx%d %.2f (%.0f%%)", 1 << r, w, us[r], 100.0 * bytes / (us[r] * 1e3) / copy);
             }
-            printf("\n");
+            double us = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, 1, l2) : time_regs<float, 4>(stream, B, T, 1, l2);
+            printf(" | regs 4x1 %.2f (%.0f%%)\n", us, 100.0 * bytes / (us * 1e3) / copy);
             fflush(stdout);
         }
     }

@@ -1,9 +1,10 @@
 /*
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
- * Picks a compile-time instance of the kernel in sm90_recurrent_kernel.cuh by head dim, state
- * dtype, input dtype and access path (16-byte pieces for VK rows with K contiguous, else the
- * element-wise generic path), and a CTA size by batch. Grid: (row blocks, HV, sequences); the
- * kernel loops over sequences beyond 65535.
+ * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by head dim, state
+ * dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
+ * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
+ * path (KV layout, unaligned strides); then a tile / CTA size by batch. Grid: (row blocks, HV,
+ * sequences); the kernels loop over sequences beyond 65535.
  */
 #include "cuda_common.cuh"
 #include "sm90_recurrent_kernel.cuh"
@@ -22,14 +23,9 @@ bool state_view_vec(const gdn_view &v, int64_t ve)
                        v.s[3] % ve == 0);
 }
 
-/* q / k pieces of ve elements of es bytes can be loaded as one vector. */
-bool input_view_vec(const gdn_view &v, int64_t ve, size_t es)
-{
-    return (uintptr_t)v.data % (ve * es) == 0 && v.s[3] == 1 && v.s[0] % ve == 0 && v.s[1] % ve == 0 &&
-           v.s[2] % ve == 0;
-}
-
-template <int K, typename StateT, typename InT, bool VEC> gdn_status launch(const RecurrentParams &prm, const gdn_problem *p)
+/* The generic path: state rows element by element, straight to registers. */
+template <int K, typename StateT, typename InT, bool VEC>
+gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
     constexpr int ROWS_PER_WARP = 4 * RPL;
@@ -39,12 +35,30 @@ template <int K, typename StateT, typename InT, bool VEC> gdn_status launch(cons
     int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
     if (warps > warps_per_head)
         warps = (int)warps_per_head;
-    if (p->HV > 65535)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: HV = %lld value heads exceed the CUDA grid",
-                             (long long)p->HV);
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
                     (unsigned)(p->N < 65535 ? p->N : 65535));
     recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
+}
+
+/* The fast path: bulk copies of whole rows into a shared-memory tile. */
+template <int K, typename StateT, typename InT> gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+{
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    constexpr int ROWS_PER_WARP = 4 * RPL;
+    /* The largest tile that still gives about two CTAs per SM (132 on an H100). */
+    int rows = tile_rows<K, StateT>();
+    while (rows > ROWS_PER_WARP && p->N * p->HV * ((p->V + rows - 1) / rows) < 264)
+        rows /= 2;
+    const int64_t v_rounded = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
+    if (rows > v_rounded)
+        rows = (int)v_rounded;
+    const int warps = rows / ROWS_PER_WARP < 4 ? rows / ROWS_PER_WARP : 4;
+    const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
+    const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
+    if (st != GDN_OK)
+        return st;
+    recurrent_fwd_tma_kernel<K, StateT, InT, RPL><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm, rows);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
@@ -52,9 +66,8 @@ template <int K, typename StateT, typename InT> gdn_status dispatch_path(const R
 {
     constexpr int VE = 16 / sizeof(StateT);
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
-                     state_view_vec(p->step_states, VE) && input_view_vec(p->q, VE, sizeof(InT)) &&
-                     input_view_vec(p->k, VE, sizeof(InT));
-    return vec ? launch<K, StateT, InT, true>(prm, p) : launch<K, StateT, InT, false>(prm, p);
+                     state_view_vec(p->step_states, VE);
+    return vec ? launch_tma<K, StateT, InT>(prm, p) : launch_generic<K, StateT, InT, false>(prm, p);
 }
 
 template <int K, typename StateT> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)
@@ -91,6 +104,9 @@ extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
     if (p->N == 0 || p->HV == 0 || p->V == 0)
         return GDN_OK;
+    if (p->HV > 65535)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: HV = %lld value heads exceed the CUDA grid",
+                             (long long)p->HV);
 
     RecurrentParams prm = {};
     prm.T = p->T;

@@ -104,8 +104,123 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStag
     }
 }
 
-/* K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL: rows per lane;
- * VEC: every state row is moved in 16-byte pieces, else element by element with any strides. */
+/* Where sequence n starts: *src is the state to read (NULL: zeros); false if it is skipped. */
+template <typename StateT>
+__device__ __forceinline__ bool sequence_start(const RecurrentParams &p, int64_t n, int hv, StateT **src)
+{
+    *src = nullptr;
+    if (p.state_indices) {
+        int64_t col = 0;
+        if (p.num_accepted_tokens) {
+            const int64_t na = p.num_accepted_tokens[n];
+            if (na < 1 || na > p.idx_cols)
+                return false;
+            col = na - 1;
+        }
+        const int64_t slot = p.state_indices[n * p.idx_s_n + col * p.idx_s_t];
+        if (!slot_valid(p, slot))
+            return false;
+        *src = (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1;
+    } else if (p.state_in) {
+        *src = (StateT *)p.state_in + n * p.st_in.s0 + hv * p.st_in.s1;
+    }
+    return true;
+}
+
+/* One token for this lane's RPL rows: the delta-rule update of s in registers, o, and the
+ * per-step state writes. srow: the rows' index into the staged v. t: token index within the
+ * sequence; tok: its index in row b. */
+template <int K, typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC, int STAGE_ROWS>
+__device__ __forceinline__ void token_step(const RecurrentParams &p, const TokenStage<K, STAGE_ROWS> &st, int j,
+                                           float (*s)[EPL], const int *rows, const bool *row_ok, const int *srow,
+                                           int gl, int64_t n, int hv, int64_t b, int64_t t, int64_t tok,
+                                           int64_t packed0)
+{
+    const float e = st.e[j], beta = st.beta[j], kq = st.kq[j];
+
+    /* S^T k and S^T q of the old state, reduced together */
+    float dk[RPL], dq[RPL];
+#pragma unroll
+    for (int r = 0; r < RPL; r++)
+        dk[r] = dq[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+#pragma unroll
+        for (int m = 0; m < VE; m += 4) {
+            const int key = (c * kLanesPerRow + gl) * VE + m;
+            const float4 q4 = *reinterpret_cast<const float4 *>(&st.q[j][key]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
+            const float qa[4] = {q4.x, q4.y, q4.z, q4.w}, ka[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+            for (int r = 0; r < RPL; r++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    dk[r] = fmaf(s[r][c * VE + m + i], ka[i], dk[r]);
+                    dq[r] = fmaf(s[r][c * VE + m + i], qa[i], dq[r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < kLanesPerRow; m *= 2) {
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+            dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
+            dq[r] += __shfl_xor_sync(0xffffffffu, dq[r], m);
+        }
+    }
+
+    InT *o = (InT *)p.o + b * p.o_s[0] + tok * p.o_s[1] + hv * p.o_s[2];
+    float u[RPL];
+#pragma unroll
+    for (int r = 0; r < RPL; r++) {
+        u[r] = beta * (st.v[j][srow[r]] - e * dk[r]);
+        if (gl == r && row_ok[r])
+            o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(e, dq[r], u[r] * kq));
+    }
+#pragma unroll
+    for (int c = 0; c < NV; c++) {
+#pragma unroll
+        for (int m = 0; m < VE; m += 4) {
+            const int key = (c * kLanesPerRow + gl) * VE + m;
+            const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
+            const float ka[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+            for (int r = 0; r < RPL; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s[r][c * VE + m + i] = fmaf(e, s[r][c * VE + m + i], ka[i] * u[r]);
+        }
+    }
+
+    /* per-step states: the step_states row of this token, and the 2-D pool slot */
+    if (p.step_states)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
+                                                      hv * p.st_step.s1,
+                                                  p.st_step, rows, row_ok, gl, s);
+    if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
+        const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
+        if (slot_valid(p, slot))
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1,
+                                                      p.st_in, rows, row_ok, gl, s);
+    }
+}
+
+/* The state after the last token: final_state, and the start slot for 1-D in-place pools. */
+template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
+__device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *src, int64_t n, int hv, const int *rows,
+                                            const bool *row_ok, int gl, const float (*s)[EPL])
+{
+    if (p.final_state)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+                                                  p.st_fin, rows, row_ok, gl, s);
+    if (p.inplace_state && !p.idx_2d && src)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
+}
+
+/* The generic path: K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL:
+ * rows per lane; VEC: state rows moved in 16-byte pieces, else element by element with any
+ * strides (KV layout, unaligned pools). The state goes straight from memory to registers. */
 template <int K, typename StateT, typename InT, int RPL, bool VEC>
 __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const RecurrentParams p)
 {
@@ -125,11 +240,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
     const int hv = blockIdx.y;
     const int h = hv / (int)p.G;
 
-    int rows[RPL];
+    int rows[RPL], srow[RPL];
     bool row_ok[RPL];
 #pragma unroll
     for (int r = 0; r < RPL; r++) {
-        rows[r] = row_base + warp * ROWS_PER_WARP + r * 4 + group;
+        srow[r] = warp * ROWS_PER_WARP + r * 4 + group;
+        rows[r] = row_base + srow[r];
         row_ok[r] = rows[r] < p.V;
     }
 
@@ -144,26 +260,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         const int64_t len = eos - bos;
         const int64_t packed0 = p.cu_seqlens ? bos : n * p.T; /* packed index of the first token */
 
-        /* Start state: a pool slot, a per-sequence state, or zeros. */
-        bool skip = false;
-        StateT *src = nullptr;
-        if (p.state_indices) {
-            int64_t col = 0;
-            if (p.num_accepted_tokens) {
-                const int64_t na = p.num_accepted_tokens[n];
-                skip = na < 1 || na > p.idx_cols;
-                col = skip ? 0 : na - 1;
-            }
-            if (!skip) {
-                const int64_t slot = p.state_indices[n * p.idx_s_n + col * p.idx_s_t];
-                skip = !slot_valid(p, slot);
-                if (!skip)
-                    src = (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1;
-            }
-        } else if (p.state_in) {
-            src = (StateT *)p.state_in + n * p.st_in.s0 + hv * p.st_in.s1;
-        }
-        if (skip) { /* uniform over the CTA */
+        StateT *src;
+        if (!sequence_start(p, n, hv, &src)) { /* uniform over the CTA */
             zero_outputs<StateT, InT, RPL, EPL, VE, NV, VEC>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
             continue;
         }
@@ -191,88 +289,155 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, MAX_ROWS_PER_CTA>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
+            for (int j = 0; j < tc; j++)
+                token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC, MAX_ROWS_PER_CTA>(
+                    p, st, j, s, rows, row_ok, srow, gl, n, hv, b, t0 + j, bos + t0 + j, packed0);
+        }
+        store_final<StateT, RPL, EPL, VE, NV, VEC>(p, src, n, hv, rows, row_ok, gl, s);
+    }
+}
 
-            for (int j = 0; j < tc; j++) {
-                const int64_t tok = bos + t0 + j;
-                const float e = st.e[j], beta = st.beta[j], kq = st.kq[j];
+/* Rows of the fast path's state tile: 32 KB of state (16 KB at K = 256, where the staged q and k
+ * take 16 KB), so that the CTA's static shared memory stays under 48 KB. */
+template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
+{
+    return (K >= 256 ? 16384 : 32768) / (K * (int)sizeof(StateT));
+}
 
-                /* S^T k and S^T q of the old state, reduced together */
-                float dk[RPL], dq[RPL];
-#pragma unroll
-                for (int r = 0; r < RPL; r++)
-                    dk[r] = dq[r] = 0.0f;
-#pragma unroll
-                for (int c = 0; c < NV; c++) {
-#pragma unroll
-                    for (int m = 0; m < VE; m += 4) {
-                        const int key = (c * kLanesPerRow + gl) * VE + m;
-                        const float4 q4 = *reinterpret_cast<const float4 *>(&st.q[j][key]);
-                        const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
-                        const float qa[4] = {q4.x, q4.y, q4.z, q4.w}, ka[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-                        for (int r = 0; r < RPL; r++) {
-#pragma unroll
-                            for (int i = 0; i < 4; i++) {
-                                dk[r] = fmaf(s[r][c * VE + m + i], ka[i], dk[r]);
-                                dq[r] = fmaf(s[r][c * VE + m + i], qa[i], dq[r]);
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int m = 1; m < kLanesPerRow; m *= 2) {
-#pragma unroll
-                    for (int r = 0; r < RPL; r++) {
-                        dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
-                        dq[r] += __shfl_xor_sync(0xffffffffu, dq[r], m);
-                    }
-                }
+/* The fast path (VK rows, K contiguous, 16-byte aligned): one CTA owns up to tile_rows() rows of
+ * one (sequence, value head), rows_per_cta of them (a launch choice). One bulk copy per row
+ * (cp.async.bulk, completing on an mbarrier) brings the CTA's whole state tile into shared memory
+ * without holding registers, so each SM keeps several 32 KB tiles in flight; meanwhile the CTA
+ * stages the token inputs. Then each warp takes passes of 4 * RPL rows from the tile into
+ * registers, runs the chunk's tokens on them and stores results straight to global memory
+ * (or back into the tile when more chunks follow). */
+template <int K, typename StateT, typename InT, int RPL>
+__global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
+{
+    constexpr int VE = 16 / sizeof(StateT);
+    constexpr int NV = K / (kLanesPerRow * VE);
+    constexpr int EPL = NV * VE;
+    constexpr int ROWS_PER_WARP = 4 * RPL;
+    constexpr int TILE_ROWS = tile_rows<K, StateT>();
+    constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
+    static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
+    __shared__ alignas(128) StateT tile[TILE_ROWS * K];
+    __shared__ TokenStage<K, TILE_ROWS> st;
+    __shared__ alignas(8) uint64_t bar;
 
-                InT *o = (InT *)p.o + b * p.o_s[0] + tok * p.o_s[1] + hv * p.o_s[2];
-                float u[RPL];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    const int row_base = blockIdx.x * rows_per_cta;
+    const int hv = blockIdx.y;
+    const int h = hv / (int)p.G;
+    const int cta_rows = (int)(p.V - row_base < rows_per_cta ? p.V - row_base : rows_per_cta);
+    const int passes = (rows_per_cta + nwarps * ROWS_PER_WARP - 1) / (nwarps * ROWS_PER_WARP);
+
+    if (threadIdx.x == 0)
+        mbar_init(&bar, 1);
+    __syncthreads();
+    uint32_t phase = 0;
+
+    for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
+        int64_t b = n, bos = 0, eos = p.T;
+        if (p.cu_seqlens) {
+            b = 0;
+            bos = clamp64(p.cu_seqlens[n], 0, p.T);
+            eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
+        }
+        const int64_t len = eos - bos;
+        const int64_t packed0 = p.cu_seqlens ? bos : n * p.T;
+
+        StateT *src;
+        if (!sequence_start(p, n, hv, &src)) { /* uniform over the CTA */
+            for (int ps = 0; ps < passes; ps++) {
+                int rows[RPL];
+                bool row_ok[RPL];
 #pragma unroll
                 for (int r = 0; r < RPL; r++) {
-                    const int rr = warp * ROWS_PER_WARP + r * 4 + group;
-                    u[r] = beta * (st.v[j][rr] - e * dk[r]);
-                    if (gl == r && row_ok[r])
-                        o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(e, dq[r], u[r] * kq));
+                    const int i = (ps * nwarps + warp) * ROWS_PER_WARP + r * 4 + group;
+                    rows[r] = row_base + i;
+                    row_ok[r] = i < cta_rows;
                 }
-#pragma unroll
-                for (int c = 0; c < NV; c++) {
-#pragma unroll
-                    for (int m = 0; m < VE; m += 4) {
-                        const int key = (c * kLanesPerRow + gl) * VE + m;
-                        const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
-                        const float ka[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-                        for (int r = 0; r < RPL; r++)
-#pragma unroll
-                            for (int i = 0; i < 4; i++)
-                                s[r][c * VE + m + i] = fmaf(e, s[r][c * VE + m + i], ka[i] * u[r]);
-                    }
-                }
+                zero_outputs<StateT, InT, RPL, EPL, VE, NV, true>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
+            }
+            continue;
+        }
 
-                /* per-step states: the step_states row of this token, and the 2-D pool slot */
-                const int64_t t = t0 + j;
-                if (p.step_states)
-                    store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
-                                                                  hv * p.st_step.s1,
-                                                              p.st_step, rows, row_ok, gl, s);
-                if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
-                    const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
-                    if (slot_valid(p, slot))
-                        store_rows<StateT, RPL, EPL, VE, NV, VEC>(
-                            (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, rows, row_ok, gl, s);
+        /* Every thread is done with the tile of the previous sequence; order those generic
+         * accesses before the bulk copies that overwrite it. */
+        fence_proxy_async();
+        __syncthreads();
+        if (src) {
+            if (threadIdx.x == 0)
+                mbar_expect_tx(&bar, (uint32_t)cta_rows * ROW_BYTES);
+            if (warp == 0) {
+                __syncwarp();
+                for (int i = lane; i < cta_rows; i += 32)
+                    bulk_load(&tile[i * K], src + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar);
+            }
+        } else {
+            for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
+                tile[i] = gdn_from_f32<StateT>(0.0f);
+        }
+
+        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
+        for (int64_t ci = 0; ci < chunks; ci++) {
+            const int64_t t0 = ci * kTokenChunk;
+            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            if (ci > 0)
+                __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
+            stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+            __syncthreads();
+            if (ci == 0 && src)
+                mbar_wait(&bar, phase);
+            const bool last = ci == chunks - 1;
+
+            for (int ps = 0; ps < passes; ps++) {
+                int rows[RPL], srow[RPL];
+                bool row_ok[RPL];
+#pragma unroll
+                for (int r = 0; r < RPL; r++) {
+                    srow[r] = (ps * nwarps + warp) * ROWS_PER_WARP + r * 4 + group;
+                    rows[r] = row_base + srow[r];
+                    row_ok[r] = srow[r] < cta_rows;
+                }
+                float s[RPL][EPL];
+#pragma unroll
+                for (int r = 0; r < RPL; r++)
+#pragma unroll
+                    for (int c = 0; c < NV; c++)
+                        load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (c * kLanesPerRow + gl) * VE],
+                                                   1, &s[r][c * VE]);
+                for (int j = 0; j < tc; j++)
+                    token_step<K, StateT, InT, RPL, EPL, VE, NV, true, TILE_ROWS>(
+                        p, st, j, s, rows, row_ok, srow, gl, n, hv, b, t0 + j, bos + t0 + j, packed0);
+                if (last) {
+                    store_final<StateT, RPL, EPL, VE, NV, true>(p, src, n, hv, rows, row_ok, gl, s);
+                } else {
+#pragma unroll
+                    for (int r = 0; r < RPL; r++)
+                        if (row_ok[r])
+#pragma unroll
+                            for (int c = 0; c < NV; c++)
+                                store_f32<StateT, VE, true>(&tile[srow[r] * K + (c * kLanesPerRow + gl) * VE], 1,
+                                                            &s[r][c * VE]);
                 }
             }
         }
-
-        if (p.final_state)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
-                                                      p.st_fin, rows, row_ok, gl, s);
-        if (p.inplace_state && !p.idx_2d && src)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
+        if (src)
+            phase ^= 1;
     }
+}
+
+/* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
+ * once per instance (a function attribute, not a stream operation: safe under graph capture). */
+template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shared_tma_kernel()
+{
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>,
+                                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                        (int)cudaSharedmemCarveoutMaxShared);
+    return err;
 }
 
 } /* namespace */
