@@ -392,7 +392,8 @@ def fused_recurrent_gated_delta_rule(
         num_accepted_tokens (Optional[torch.Tensor], keyword):
             `[N]` accepted draft tokens (speculative decoding); needs 2-D indices.
         null_slot_zero (bool, keyword):
-            Treat slot 0 as a null block too (skip sequences whose start slot is <= 0).
+            Treat slot 0 as a null block too, as vLLM pads batches with block 0: sequences whose
+            start slot is <= 0 are skipped, and per-step writes to slot 0 are dropped.
         final_state_dtype (torch.dtype, keyword):
             dtype of the returned final state with `output_final_state=True`: float32 (FLA's
             choice, default) or bfloat16.

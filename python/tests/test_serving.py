@@ -53,7 +53,7 @@ def ref_pool_decode(q, k, v, g, beta, pool_kv, idx, lengths, *, acc=None, inplac
             S = S + torch.einsum("hk,hv->hkv", kt, u)
             o[0, t] = torch.einsum("hk,hkv->hv", qt * scale, S)
             steps[t] = S
-            if inplace and len(row) > 1 and row[i] >= 0:
+            if inplace and len(row) > 1 and row[i] >= (1 if null_zero else 0):
                 pool[row[i]] = S
         if inplace and len(row) == 1:
             pool[slot] = S
@@ -118,8 +118,9 @@ def test_vllm_decode(device, gen, state_dtype, null_zero):
     assert torch.equal(storage[:, HV * K * V:].cpu(), storage_before[:, HV * K * V:].cpu()), "slot padding written"
 
 
+@pytest.mark.parametrize("null_zero", [False, True])
 @pytest.mark.parametrize("v_first", [False, True])
-def test_vllm_spec_decode(device, gen, v_first):
+def test_vllm_spec_decode(device, gen, v_first, null_zero):
     """Speculative verify: 2-D slots [N, T_max], num_accepted_tokens picks the start slot, the
     state after every token goes to its own slot; negative per-step slots skip that write."""
     T_max, P = 4, 24
@@ -135,9 +136,9 @@ def test_vllm_spec_decode(device, gen, v_first):
     o, _ = libgdn.fused_recurrent_gated_delta_rule(
         q=q, k=k, v=v, g=g, beta=beta, initial_state=pool, inplace_final_state=True, cu_seqlens=cu,
         ssm_state_indices=torch.tensor(idx, device=device), num_accepted_tokens=torch.tensor(acc, device=device),
-        use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+        use_qk_l2norm_in_kernel=True, state_v_first=v_first, null_slot_zero=null_zero)
     ref_o, ref_pool, _ = ref_pool_decode(q.cpu(), k.cpu(), v.cpu(), g.cpu(), beta.cpu(), pool_kv, idx, lengths,
-                                         acc=acc)
+                                         acc=acc, null_zero=null_zero)
     assert rel_err(o, ref_o) < 2e-5
     assert (o[0, 11:] == 0).all(), "skipped sequence: outputs must be zero"
     assert rel_err(kv(pool, v_first).cpu(), ref_pool) < 2e-5
