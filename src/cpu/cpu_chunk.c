@@ -146,11 +146,10 @@ typedef struct chunk_ctx {
 static void load_qk_row(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h, double mul,
                         double *tmp, float *out, int64_t Kp)
 {
+    gdn_ld_vec(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, tmp);
     double ss = 0.0;
-    for (int64_t r = 0; r < p->K; r++) {
-        tmp[r] = gdn_ld(x->data, x->dtype, gdn_tok_off(x, b, t, h, r));
+    for (int64_t r = 0; r < p->K; r++)
         ss += tmp[r] * tmp[r];
-    }
     if (p->use_qk_l2norm)
         mul /= sqrt(ss + 1e-6);
     for (int64_t r = 0; r < p->K; r++)
@@ -176,8 +175,7 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
             const int64_t t = t0 + i;
             load_qk_row(p, &p->q, b, t, h, p->scale, w->row, q, Kp);
             load_qk_row(p, &p->k, b, t, h, 1.0, w->row, k, Kp);
-            for (int64_t j = 0; j < p->V; j++)
-                v[j] = (float)gdn_ld(p->v.data, p->v.dtype, gdn_tok_off(&p->v, b, t, hv, j));
+            gdn_ld_vec_f32(p->v.data, p->v.dtype, gdn_tok_off(&p->v, b, t, hv, 0), p->v.s[3], p->V, v);
             for (int64_t j = p->V; j < Vp; j++)
                 v[j] = 0.0f;
             w->beta[i] = (float)gdn_load_beta(p, b, t, hv, 0);
@@ -319,8 +317,8 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
     memset(w.S, 0, (size_t)(Kp * Vp) * sizeof(float));
     if (p->state_in.data)
         for (int64_t r = 0; r < K; r++)
-            for (int64_t c = 0; c < V; c++)
-                w.S[r * Vp + c] = (float)gdn_ld(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, n, hv, r, c));
+            gdn_ld_vec_f32(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, n, hv, r, 0),
+                           p->state_in.s[3], V, w.S + r * Vp);
 
     for (int64_t t0 = 0; t0 < len; t0 += C) {
         /* c tokens, computed as cp rows: a short last chunk costs what its length needs. */
@@ -354,8 +352,8 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
             U[i] -= WS[i];
         matmul(cp, Vp, cp, 1.0f, w.PA, C, U, Vp, w.Y, Vp, 1, MM_LOWER_A);
         for (int64_t i = 0; i < c; i++)
-            for (int64_t j = 0; j < V; j++)
-                gdn_st(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, j), w.Y[i * Vp + j]);
+            gdn_st_vec_f32(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, 0), p->o.s[3], V,
+                           w.Y + i * Vp);
 
         /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew; Gam_C is the last token's row. */
         const double *gl = w.gam + (c - 1) * (kda ? Kp : 1);
@@ -376,9 +374,8 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
 
     if (p->final_state.data)
         for (int64_t r = 0; r < K; r++)
-            for (int64_t c = 0; c < V; c++)
-                gdn_st(p->final_state.data, p->state_dtype, gdn_state_off(&p->final_state, n, hv, r, c),
-                       w.S[r * Vp + c]);
+            gdn_st_vec_f32(p->final_state.data, p->state_dtype, gdn_state_off(&p->final_state, n, hv, r, 0),
+                           p->final_state.s[3], V, w.S + r * Vp);
 }
 
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)

@@ -121,6 +121,98 @@ static inline void gdn_st(void *base, gdn_dtype dt, int64_t i, double x)
     }
 }
 
+/* Strided vectors: out[i] = element off + i * stride, the dtype switch taken once per vector. */
+static inline void gdn_ld_vec(const void *base, gdn_dtype dt, int64_t off, int64_t stride, int64_t n, double *out)
+{
+    switch (dt) {
+    case GDN_DTYPE_F32: {
+        const float *x = (const float *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i * stride];
+        break;
+    }
+    case GDN_DTYPE_BF16: {
+        const uint16_t *x = (const uint16_t *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gdn_bf16_to_f32(x[i * stride]);
+        break;
+    }
+    case GDN_DTYPE_F64: {
+        const double *x = (const double *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i * stride];
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gdn_ld(base, dt, off + i * stride);
+    }
+}
+
+static inline void gdn_ld_vec_f32(const void *base, gdn_dtype dt, int64_t off, int64_t stride, int64_t n, float *out)
+{
+    switch (dt) {
+    case GDN_DTYPE_F32: {
+        const float *x = (const float *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i * stride];
+        break;
+    }
+    case GDN_DTYPE_BF16: {
+        const uint16_t *x = (const uint16_t *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gdn_bf16_to_f32(x[i * stride]);
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = (float)gdn_ld(base, dt, off + i * stride);
+    }
+}
+
+/* Element off + i * stride = in[i], rounded once to dt. */
+static inline void gdn_st_vec(void *base, gdn_dtype dt, int64_t off, int64_t stride, int64_t n, const double *in)
+{
+    switch (dt) {
+    case GDN_DTYPE_F32: {
+        float *x = (float *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            x[i * stride] = (float)in[i];
+        break;
+    }
+    case GDN_DTYPE_F64: {
+        double *x = (double *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            x[i * stride] = in[i];
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++)
+            gdn_st(base, dt, off + i * stride, in[i]);
+    }
+}
+
+static inline void gdn_st_vec_f32(void *base, gdn_dtype dt, int64_t off, int64_t stride, int64_t n, const float *in)
+{
+    switch (dt) {
+    case GDN_DTYPE_F32: {
+        float *x = (float *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            x[i * stride] = in[i];
+        break;
+    }
+    case GDN_DTYPE_BF16: {
+        uint16_t *x = (uint16_t *)base + off;
+        for (int64_t i = 0; i < n; i++)
+            x[i * stride] = gdn_f32_to_bf16(in[i]);
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++)
+            gdn_st(base, dt, off + i * stride, in[i]);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Gates (GDN_MATH.md "Gating computed inside the kernel"), in double                          */
 

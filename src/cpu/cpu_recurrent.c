@@ -36,8 +36,7 @@ static int slot_valid(const gdn_problem *p, int64_t slot) { return p->null_slot_
 static void store_state(const gdn_problem *p, const gdn_view *dst, int64_t slot, int64_t hv, const double *S)
 {
     for (int64_t r = 0; r < p->K; r++)
-        for (int64_t c = 0; c < p->V; c++)
-            gdn_st(dst->data, p->state_dtype, gdn_state_off(dst, slot, hv, r, c), S[r * p->V + c]);
+        gdn_st_vec(dst->data, p->state_dtype, gdn_state_off(dst, slot, hv, r, 0), dst->s[3], p->V, S + r * p->V);
 }
 
 static void zero_state(const gdn_problem *p, const gdn_view *dst, int64_t slot, int64_t hv)
@@ -50,11 +49,10 @@ static void zero_state(const gdn_problem *p, const gdn_view *dst, int64_t slot, 
 /* Loads q or k of one token and head as double, l2-normalised when asked, times `mul`. */
 static void load_qk(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h, double mul, double *out)
 {
+    gdn_ld_vec(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, out);
     double ss = 0.0;
-    for (int64_t r = 0; r < p->K; r++) {
-        out[r] = gdn_ld(x->data, x->dtype, gdn_tok_off(x, b, t, h, r));
+    for (int64_t r = 0; r < p->K; r++)
         ss += out[r] * out[r];
-    }
     if (p->use_qk_l2norm)
         mul /= sqrt(ss + 1e-6);
     for (int64_t r = 0; r < p->K; r++)
@@ -110,8 +108,8 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
 
     if (p->state_in.data) {
         for (int64_t r = 0; r < K; r++)
-            for (int64_t c = 0; c < V; c++)
-                S[r * V + c] = gdn_ld(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, slot, hv, r, c));
+            gdn_ld_vec(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, slot, hv, r, 0), p->state_in.s[3],
+                       V, S + r * V);
     } else {
         memset(S, 0, (size_t)(K * V) * sizeof *S);
     }
@@ -125,8 +123,7 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
         const double beta = gdn_load_beta(p, b, t, hv, ctx->exact);
 
         /* Decay, then u = v - S^T k (accumulated in u over the rows of S). */
-        for (int64_t c = 0; c < V; c++)
-            u[c] = gdn_ld(p->v.data, p->v.dtype, gdn_tok_off(&p->v, b, t, hv, c));
+        gdn_ld_vec(p->v.data, p->v.dtype, gdn_tok_off(&p->v, b, t, hv, 0), p->v.s[3], V, u);
         const double eg = exp(g[0]);
         for (int64_t r = 0; r < K; r++) {
             const double d = kda ? exp(g[r]) : eg, kr = k[r];
@@ -149,8 +146,7 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
                 o[c] += qr * Sr[c];
             }
         }
-        for (int64_t c = 0; c < V; c++)
-            gdn_st(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, t, hv, c), o[c]);
+        gdn_st_vec(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, t, hv, 0), p->o.s[3], V, o);
 
         if (p->step_states.data)
             store_state(p, &p->step_states, b * p->T + t, hv, S);
