@@ -106,6 +106,7 @@ def bench(ours_c):
         flop = 4.0 * tok * HV * D * D
         c = ours_c.get(name)
         rows.append((name, tok, flop, our_g, our_e, fla_g, fla_e, c))
+        print(fmt_table(rows[-1:]).splitlines()[1], flush=True)
         del q, k, v, g, beta
         torch.cuda.empty_cache()
     return rows

@@ -10,10 +10,12 @@
  *               blocked forward substitution in f32, and the masked, decayed Q K^T. Writes per
  *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
  *               already in the consumer's swizzled shared-memory layout) and f32 row factors.
- *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns); warp w owns 16 value
- *               columns and keeps S^T (16 x K, f32) in mma accumulator registers across chunks,
- *               so the warps of a CTA never exchange data: they only share the Q, K, V, Tb, Pm
- *               tiles, loaded by cp.async two stages deep. Per chunk and warp (M = value rows):
+ *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns) with 2 NW warps.
+ *               Chain warp w owns 16 value columns (a slab) and keeps S^T (16 x K, f32) in mma
+ *               accumulator registers across chunks; its partner output warp gets S^T and Vn^T
+ *               as bf16 fragments through shared memory and computes O. Slabs never exchange
+ *               data: they share the Q, K, V, Tb, Pm tiles, which the output warps copy with
+ *               cp.async into a three-stage ring. Per chunk and slab (M = value rows):
  *                 Y^T  = S^T K^T          X^T = V^T - ck * Y^T   (f32, one rounding)
  *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
  *                 S^T  = gC * S^T + (Vn^T * cu) K
@@ -384,7 +386,8 @@ template <int K, int NW> struct main_smem {
     static constexpr int STAGE = 2 * QK + VT + WS_CHUNK;     /* Q, K, V, then Tb, Pm, coef */
     static constexpr int SA = K / 16 * 32 * 16;              /* S^T A fragments of one slab */
     static constexpr int VA = 4 * 32 * 16;                   /* Vn^T A fragments of one slab */
-    static constexpr int BYTES = 2 * STAGE + VT + NW * (SA + VA); /* + O staging, hand-off */
+    static constexpr int STAGES = 3;
+    static constexpr int BYTES = STAGES * STAGE + VT + NW * (SA + VA); /* + O staging, hand-off */
 };
 
 __device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
@@ -399,12 +402,13 @@ __device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 64
 
 /* Warps 0 .. NW-1 run the state chain of slab w (value columns v0 + 16w .. + 15): S^T in
  * registers, Y, X, Vn, the update. Warps NW .. 2NW-1 compute the output of the same slab from
- * the S^T and Vn^T fragments the chain warp hands over through shared memory, so the chain
- * never waits on Q S or on the O stores. */
+ * the S^T and Vn^T fragments the chain warp hands over through shared memory, and copy the
+ * tiles of chunk c + 2 into a three-stage ring, so the chain never waits on Q S, on the O
+ * stores or on issuing copies. One __syncthreads per chunk publishes a stage. */
 template <int K, int NW, typename T>
 __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
 {
-    constexpr int KC = K / 8, BV = 16 * NW, NTH = NW * 64;
+    constexpr int KC = K / 8, BV = 16 * NW;
     using L = main_smem<K, NW>;
     extern __shared__ __align__(128) unsigned char smem[];
 
@@ -434,12 +438,14 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
     const unsigned char *wsh = p.ws + ((size_t)hv * p.slots + (size_t)sq.slot0) * WS_CHUNK;
 
-    /* Per-thread copy pattern, fixed across chunks: thread tid copies 16-byte chunk qk_ch of rows
-     * qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V tile, and
-     * workspace chunks tid + NTH * it. Pointers advance by whole rows. */
-    static_assert(NTH % KC == 0 && NTH % (BV / 8) == 0, "copy pattern");
-    constexpr int QK_RP = NTH / KC, V_RP = NTH / (BV / 8);
-    const int qk_ch = tid % KC, qk_r0 = tid / KC, v_ch = tid % (BV / 8), v_r0 = tid / (BV / 8);
+    /* Per-thread copy pattern, fixed across chunks: output-warp thread lt copies 16-byte chunk
+     * qk_ch of rows qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V
+     * tile, and workspace chunks lt + NL * it. Pointers advance by whole rows. */
+    constexpr int NL = NW * 32; /* the output warps copy */
+    static_assert(NL % KC == 0 && NL % (BV / 8) == 0, "copy pattern");
+    constexpr int QK_RP = NL / KC, V_RP = NL / (BV / 8);
+    const int lt = out_warp ? tid - NL : 0;
+    const int qk_ch = lt % KC, qk_r0 = lt / KC, v_ch = lt % (BV / 8), v_r0 = lt / (BV / 8);
     const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
     const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
     const T *v_base = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
@@ -468,35 +474,38 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
             cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
             vp += v_step;
         }
-        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * tid;
-        unsigned char *dst = base + 2 * L::QK + L::VT + 16 * tid;
+        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * lt;
+        unsigned char *dst = base + 2 * L::QK + L::VT + 16 * lt;
 #pragma unroll 4
-        for (int i = tid; i < WS_CHUNK / 16; i += NTH) {
+        for (int i = lt; i < WS_CHUNK / 16; i += NL) {
             cp_async16(dst, wsc, 16);
-            dst += 16 * NTH;
-            wsc += 16 * NTH;
+            dst += 16 * NL;
+            wsc += 16 * NL;
         }
     };
 
-    if (nchunks > 0)
-        load_chunk(0, 0);
-    cp_async_commit();
+    if (out_warp) {
+        if (nchunks > 0)
+            load_chunk(0, 0);
+        cp_async_commit();
+        if (nchunks > 1)
+            load_chunk(1, 1);
+        cp_async_commit();
+    }
 
-    T *Ow = reinterpret_cast<T *>(smem + 2 * L::STAGE) + slab * C * 16;
-    uint4 *SAs = reinterpret_cast<uint4 *>(smem + 2 * L::STAGE + L::VT + slab * (L::SA + L::VA));
+    T *Ow = reinterpret_cast<T *>(smem + L::STAGES * L::STAGE) + slab * C * 16;
+    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::VT + slab * (L::SA + L::VA));
     uint4 *VAs = SAs + K / 16 * 32;
     const int bar_sa = 1 + slab, bar_va = 1 + NW + slab;
     T *o = static_cast<T *>(p.o);
 
 #pragma unroll 1
     for (int64_t c = 0; c < nchunks; ++c) {
-        if (c + 1 < nchunks)
-            load_chunk(c + 1, (int)((c + 1) & 1));
-        cp_async_commit();
-        cp_async_wait<1>();
+        if (out_warp)
+            cp_async_wait<1>();
         __syncthreads();
 
-        const unsigned char *base = smem + (c & 1) * L::STAGE;
+        const unsigned char *base = smem + (c % L::STAGES) * L::STAGE;
         const T *Qs = reinterpret_cast<const T *>(base), *Ks = Qs + C * K;
         const T *Vw = Ks + C * K + slab * C * 16;
         const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
@@ -660,8 +669,12 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                 if (r < cl)
                     *reinterpret_cast<uint4 *>(op_ + r * p.o_t + 8 * sub) = *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
             }
+            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished before the
+             * __syncthreads that opened chunk c. */
+            if (c + 2 < nchunks)
+                load_chunk(c + 2, (int)((c + 2) % L::STAGES));
+            cp_async_commit();
         }
-        __syncthreads();
     }
     cp_async_wait<0>();
 
