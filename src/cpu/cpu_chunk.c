@@ -3,8 +3,7 @@
  *
  * One work item per (sequence n, value head j), run on the thread pool; each walks its sequence
  * in chunks of C = 64 tokens, keeping the state S (K x V, f32) in per-thread scratch. Per chunk,
- * with Gam the in-chunk cumulative log decay (summed in double; GDN one scalar per token, KDA
- * one per key channel):
+ * with Gam the in-chunk cumulative log decay (GDN one scalar per token, KDA one per key channel):
  *
  *     A    = strictly lower, A[i][j] = beta_i * sum_r k_i[r] k_j[r] exp(Gam_i[r] - Gam_j[r])
  *     P    = lower incl.,    P[i][j] =          sum_r q_i[r] k_j[r] exp(Gam_i[r] - Gam_j[r])
@@ -13,14 +12,18 @@
  *     O    = (exp(Gam) Q) S + P Vnew          (q carries the scale)
  *     S   <- exp(Gam_C) S + (exp(Gam_C - Gam) K)^T Vnew
  *
- * GDN: the decays factor out of the sums, so P and A come from Q K^T and K K^T (lower blocks only), then
- * scaled by exp(gam_i - gam_j) (i >= j, never positive). KDA: the decay sits inside the sum; for
- * each j the vector k_j[r] exp(Gam_i[r] - Gam_j[r]) is carried down the rows i > j by multiplying
- * with exp(g_i[r]), so no exponential of a positive number is ever formed and the relative error
- * of each factor grows only with the number of tokens between i and j (at most 63 roundings).
+ * GDN: gam is summed in double; the decays factor out of the sums, so P and A come from Q K^T
+ * and K K^T (lower blocks only), scaled by exp(gam_i - gam_j) (i >= j, never positive).
+ * KDA: the decay sits inside the sums. Every factor exp(Gam_a[r] - Gam_b[r]) (a >= b) is formed
+ * as the running product of exp(g_t[r]) over the tokens b < t <= a: for each j the vector
+ * k_j[r] exp(Gam_i[r] - Gam_j[r]) is carried down the rows i > j; exp(Gam_i) and exp(Gam_C - Gam_i)
+ * are products from the first and from the last token. No exponential of a positive number is
+ * ever formed, only K exponentials per token are taken, and the relative error of a factor grows
+ * only with the number of tokens it spans (at most 63 roundings in f32).
  *
- * A short last chunk is zero padded to a multiple of 16 rows (zero q, k, v and beta, g = 0),
- * and head dims to multiples of 16 columns, so the matrix products need no edge cases. They are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
+ * A short last chunk is zero padded to a multiple of 16 rows (zero q, k, v and beta, g = 0), and
+ * head dims to multiples of 16 columns, so the matrix products need no edge cases. The products
+ * are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
  *
  * f64 problems (the oracle) go to the recurrent reference, which is exact in double.
  */
@@ -34,7 +37,7 @@
 #define NR 16
 #define KDA_NB 8 /* column block of the KDA decayed products */
 /* Log decays below this are raised to it: exp() of it is already 0 in f32 and f64, so nothing
- * changes, except that a full reset (g = -inf) keeps Gam_i - Gam_j finite instead of NaN. */
+ * changes, except that a full reset (g = -inf) keeps GDN's gam_i - gam_j finite instead of NaN. */
 #define G_FLOOR (-1.0e4)
 #define FS_BLOCK 16 /* rows per block of the forward substitution */
 #define ROW_PAD 16  /* a short chunk is computed with its rows padded to a multiple of this */
@@ -90,7 +93,7 @@ static void transpose(int64_t rows, int64_t cols, const float *restrict src, int
 
 /* Per-thread scratch, carved from one block. Kp, Vp: padded head dims. */
 typedef struct chunk_buf {
-    double *gam;  /* [C][Kp] KDA, [C] GDN: in-chunk cumulative log decay */
+    double *gam;  /* [C] GDN: in-chunk cumulative log decay */
     float *QK;    /* [2C][Kp]: rows 0..C-1 q (scaled, normalised), rows C..2C-1 k */
     float *Kt;    /* [Kp][C]: k transposed (KDA: the decayed keys D); later exp(Gam_C - Gam) k transposed */
     float *V;     /* [C][Vp]: v, then U = beta v solved, then Vnew */
@@ -106,7 +109,7 @@ typedef struct chunk_buf {
 static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp)
 {
     const int64_t C = CHUNK;
-    int64_t doubles = C * Kp + Kp;
+    int64_t doubles = C + Kp;
     int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + C;
     size_t bytes = (size_t)doubles * sizeof(double) + (size_t)floats * sizeof(float);
     return (bytes + 63) / 64 * 64; /* keeps every thread's block 64-byte aligned */
@@ -118,7 +121,7 @@ static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
     chunk_buf w;
     double *d = (double *)base;
     w.gam = d;
-    d += C * Kp;
+    d += C;
     w.row = d;
     d += Kp;
     float *f = (float *)d;
@@ -169,8 +172,6 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
     double *g = w->row;
     for (int64_t i = 0; i < cp; i++) {
         float *q = w->QK + i * Kp, *k = w->QK + (C + i) * Kp, *v = w->V + i * Vp;
-        double *gam = w->gam + i * ng;
-        const double *prev = i > 0 ? gam - ng : NULL;
         if (i < c) {
             const int64_t t = t0 + i;
             load_qk_row(p, &p->q, b, t, h, p->scale, w->row, q, Kp);
@@ -193,11 +194,11 @@ static void load_chunk(const gdn_problem *p, const chunk_buf *w, int64_t Kp, int
             for (int64_t r = 0; r < ng; r++)
                 g[r] = 0.0;
         }
-        for (int64_t r = 0; r < ng; r++)
-            gam[r] = (prev ? prev[r] : 0.0) + g[r];
         if (kda)
             for (int64_t r = 0; r < Kp; r++)
                 w->eg[i * Kp + r] = expf((float)g[r]);
+        else
+            w->gam[i] = (i > 0 ? w->gam[i - 1] : 0.0) + g[0];
     }
 }
 
@@ -329,15 +330,29 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
         else
             gdn_pa(&w, Kp, cp);
 
-        /* exp(Gam) q, W = beta exp(Gam) k, U = beta v; then the forward substitution. */
+        /* exp(Gam) q, W = beta exp(Gam) k, U = beta v; then the forward substitution. KDA takes
+         * exp(Gam_i) as the running product of exp(g) (in double, one row of factors per token),
+         * as kda_pa does, instead of 2 K exponentials per token. */
         float *Qg = w.QW, *W = w.QW + C * Kp, *U = w.V;
         const float *Q = w.QK, *Kc = w.QK + C * Kp;
+        double *run = w.row;
+        for (int64_t r = 0; r < Kp; r++)
+            run[r] = 1.0;
         for (int64_t i = 0; i < cp; i++) {
-            const float bi = w.beta[i], e1 = kda ? 0.0f : expf((float)w.gam[i]);
-            for (int64_t r = 0; r < Kp; r++) {
-                const float e = kda ? expf((float)w.gam[i * Kp + r]) : e1;
-                Qg[i * Kp + r] = e * Q[i * Kp + r];
-                W[i * Kp + r] = bi * e * Kc[i * Kp + r];
+            const float bi = w.beta[i];
+            if (kda) {
+                for (int64_t r = 0; r < Kp; r++) {
+                    run[r] *= w.eg[i * Kp + r];
+                    const float e = (float)run[r];
+                    Qg[i * Kp + r] = e * Q[i * Kp + r];
+                    W[i * Kp + r] = bi * e * Kc[i * Kp + r];
+                }
+            } else {
+                const float e = expf((float)w.gam[i]);
+                for (int64_t r = 0; r < Kp; r++) {
+                    Qg[i * Kp + r] = e * Q[i * Kp + r];
+                    W[i * Kp + r] = bi * e * Kc[i * Kp + r];
+                }
             }
             for (int64_t j = 0; j < Vp; j++)
                 U[i * Vp + j] *= bi;
@@ -355,19 +370,32 @@ static void chunk_item(void *ctxp, int64_t item, int thread)
             gdn_st_vec_f32(p->o.data, p->o.dtype, gdn_tok_off(&p->o, b, bos + t0 + i, hv, 0), p->o.s[3], V,
                            w.Y + i * Vp);
 
-        /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew; Gam_C is the last token's row. */
-        const double *gl = w.gam + (c - 1) * (kda ? Kp : 1);
-        for (int64_t i = 0; i < cp; i++) {
-            const float e1 = kda ? 0.0f : expf((float)(gl[0] - w.gam[i]));
+        /* S <- exp(Gam_C) S + (exp(Gam_C - Gam) k)^T Vnew, Gam_C the last token's row. KDA: run
+         * holds exp(Gam_C) from the loop above (padding rows have exp(g) = 1), and
+         * exp(Gam_C - Gam_i) is the running product of exp(g) from the end down to row i + 1. */
+        if (kda) {
             for (int64_t r = 0; r < Kp; r++) {
-                const float e = kda ? expf((float)(gl[r] - w.gam[i * Kp + r])) : e1;
-                w.Kt[r * C + i] = e * Kc[i * Kp + r];
+                const float e = (float)run[r];
+                for (int64_t j = 0; j < Vp; j++)
+                    w.S[r * Vp + j] *= e;
+                run[r] = 1.0;
             }
-        }
-        for (int64_t r = 0; r < Kp; r++) {
-            const float e = expf((float)(kda ? gl[r] : gl[0]));
-            for (int64_t j = 0; j < Vp; j++)
-                w.S[r * Vp + j] *= e;
+            for (int64_t i = cp - 1; i >= 0; i--) {
+                for (int64_t r = 0; r < Kp; r++) {
+                    w.Kt[r * C + i] = (float)run[r] * Kc[i * Kp + r];
+                    run[r] *= w.eg[i * Kp + r];
+                }
+            }
+        } else {
+            const double gl = w.gam[c - 1];
+            for (int64_t i = 0; i < cp; i++) {
+                const float e = expf((float)(gl - w.gam[i]));
+                for (int64_t r = 0; r < Kp; r++)
+                    w.Kt[r * C + i] = e * Kc[i * Kp + r];
+            }
+            const float e = expf((float)gl);
+            for (int64_t i = 0; i < Kp * Vp; i++)
+                w.S[i] *= e;
         }
         matmul(Kp, Vp, cp, 1.0f, w.Kt, C, U, Vp, w.S, Vp, 1, MM_FULL);
     }
