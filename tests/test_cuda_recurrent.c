@@ -205,7 +205,11 @@ static void run_case(const opts *o, uint64_t seed)
     if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
         char w[240];
         snprintf(w, sizeof w, "%s: o", what);
-        tu_check(w, tu_compare(c.o, k->dtype, o_ref, GDN_DTYPE_F64, n_o), tol_o(k->dtype));
+        /* a bf16 state is rounded when it leaves registers: every 8 tokens on the fast path */
+        double to = tol_o(k->dtype);
+        if (k->state_dtype == GDN_DTYPE_BF16 && to < 1e-3)
+            to = 1e-3;
+        tu_check(w, tu_compare(c.o, k->dtype, o_ref, GDN_DTYPE_F64, n_o), to);
         snprintf(w, sizeof w, "%s: final_state", what);
         tu_check(w, tu_compare(c.ht, k->state_dtype, ht_ref, GDN_DTYPE_F64, n_ht), tol_state(k->state_dtype));
         if (o->steps) {

@@ -46,14 +46,19 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    /* The largest tile that still gives about two CTAs per SM (132 on an H100). */
+    /* The largest tile that still gives about two CTAs per SM (132 on an H100). Two warps per CTA
+     * for f32 single-token decode (more CTAs fit per SM), four otherwise (the token loop is
+     * compute; bf16 tiles hold twice the rows). Measured: bench_decode --variants. */
     int rows = tile_rows<K, StateT>();
-    while (rows > ROWS_PER_WARP && p->N * p->HV * ((p->V + rows - 1) / rows) < 264)
+    while (rows > ROWS_PER_WARP && p->N * p->HV * ((p->V + rows - 1) / rows) < 256)
         rows /= 2;
     const int64_t v_rounded = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    const int warps = rows / ROWS_PER_WARP < 4 ? rows / ROWS_PER_WARP : 4;
+    const bool single_token = p->cu_seqlens ? p->T <= p->N : p->T == 1;
+    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
+    if (warps > rows / ROWS_PER_WARP)
+        warps = rows / ROWS_PER_WARP;
     const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
     const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)

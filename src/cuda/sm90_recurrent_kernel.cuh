@@ -3,26 +3,22 @@
  * GDN gates). Launched by sm90_recurrent_fwd.cu; bench/bench_decode.cu includes it as well to time
  * tile variants the launcher does not pick.
  *
- * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head),
- * so the kernel is built to stream states at copy bandwidth and to keep each warp's life short
- * (fewer bytes in flight are needed when each warp's latency chain is short). Tiling (VK layout):
+ * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head).
+ * Common to both kernels:
  *   - a state row is one v with all K keys; a lane group of 8 lanes owns a row, each lane K/8
- *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each load instruction of the
- *     group covers 128 contiguous bytes;
- *   - a warp is 4 lane groups and each lane works RPL rows at once, so a warp owns 4 * RPL rows;
- *     a CTA of W warps owns 4 * RPL * W rows of one (sequence, value head): grid = (row blocks,
- *     HV, sequences);
- *   - all state loads are issued first. While they are in flight the CTA stages the inputs of up
- *     to kTokenChunk tokens in shared memory: warp w l2-normalises q and k of tokens w, w + W, ..
- *     (pre-scaled, with k.q), computes their gates, and all threads copy v of the CTA's rows.
- *     Per-token work that does not depend on the state is so done once per CTA, not per warp;
- *   - the state stays in registers across all tokens (T > 1); per-step states are stored straight
- *     from registers.
- * Per token, one butterfly over the 8 lanes of a group reduces both dots of a row at once, using
- *     o = S_new^T q = e * (S^T q) + u * (k . q),   u = beta * (v - e * (S^T k)),
- * so the output needs no second reduction after the update.
- * Other layouts or unaligned strides take the same code with element-wise state and q/k access
- * (VEC = false: the generic path).
+ *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each access of the group covers
+ *     128 contiguous bytes; a warp is 4 lane groups, each lane works RPL rows at once;
+ *   - the CTA stages the inputs of up to kTokenChunk tokens in shared memory once (warp w
+ *     l2-normalises q and k of tokens w, w + W, .., with k.q and the gates; all threads copy v),
+ *     while the state is on its way;
+ *   - per token, one butterfly over the 8 lanes of a group reduces both dots of a row at once,
+ *         o = S_new^T q = e * (S^T q) + u * (k . q),   u = beta * (v - e * (S^T k)),
+ *     so the output needs no second reduction; the state stays in registers across the chunk's
+ *     tokens and per-step states are stored straight from registers.
+ * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
+ * state tile per CTA into shared memory, so bytes in flight do not cost registers.
+ * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
+ * loads straight into registers.
  */
 #ifndef GDN_SM90_RECURRENT_KERNEL_CUH
 #define GDN_SM90_RECURRENT_KERNEL_CUH
@@ -310,7 +306,8 @@ template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
  * without holding registers, so each SM keeps several 32 KB tiles in flight; meanwhile the CTA
  * stages the token inputs. Then each warp takes passes of 4 * RPL rows from the tile into
  * registers, runs the chunk's tokens on them and stores results straight to global memory
- * (or back into the tile when more chunks follow). */
+ * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
+ * passes compute while the later rows are still arriving. */
 template <int K, typename StateT, typename InT, int RPL>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
@@ -323,7 +320,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
     __shared__ TokenStage<K, TILE_ROWS> st;
-    __shared__ alignas(8) uint64_t bar;
+    constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
+    __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
@@ -333,8 +331,9 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     const int cta_rows = (int)(p.V - row_base < rows_per_cta ? p.V - row_base : rows_per_cta);
     const int passes = (rows_per_cta + nwarps * ROWS_PER_WARP - 1) / (nwarps * ROWS_PER_WARP);
 
-    if (threadIdx.x == 0)
-        mbar_init(&bar, 1);
+    const int pass_rows = nwarps * ROWS_PER_WARP;
+    if (threadIdx.x < passes)
+        mbar_init(&bar[threadIdx.x], 1);
     __syncthreads();
     uint32_t phase = 0;
 
@@ -369,12 +368,14 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         fence_proxy_async();
         __syncthreads();
         if (src) {
-            if (threadIdx.x == 0)
-                mbar_expect_tx(&bar, (uint32_t)cta_rows * ROW_BYTES);
+            if (threadIdx.x < passes) {
+                const int first = threadIdx.x * pass_rows;
+                const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
+                mbar_expect_tx(&bar[threadIdx.x], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
+            }
             if (warp == 0) {
-                __syncwarp();
                 for (int i = lane; i < cta_rows; i += 32)
-                    bulk_load(&tile[i * K], src + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar);
+                    bulk_load(&tile[i * K], src + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
             }
         } else {
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
@@ -389,8 +390,6 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
             stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
             __syncthreads();
-            if (ci == 0 && src)
-                mbar_wait(&bar, phase);
             const bool last = ci == chunks - 1;
 
             for (int ps = 0; ps < passes; ps++) {
@@ -402,6 +401,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                     rows[r] = row_base + srow[r];
                     row_ok[r] = srow[r] < cta_rows;
                 }
+                if (ci == 0 && src)
+                    mbar_wait(&bar[ps], phase);
                 float s[RPL][EPL];
 #pragma unroll
                 for (int r = 0; r < RPL; r++)
