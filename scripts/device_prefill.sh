@@ -27,11 +27,19 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } | tee "$OUT/summary.txt"
 
 t0=$(date +%s)
-if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build.log" 2>&1 &&
+PRE=build-prefill/dev
+if [ "${USE_PREBUILT:-0}" = 1 ] && [ -f $PRE/libgdn.so ] && [ -x $PRE/test_cuda_chunk ] && [ -x $PRE/bench_prefill ]; then
+    # Artifacts built on the workstation (same nvcc 13.0, sm_90a) and carried: saves the build.
+    SO=$PRE/libgdn.so
+    TEST=$PRE/test_cuda_chunk
+    BENCH=$PRE/bench_prefill
+    log "prebuilt binaries from $PRE"
+elif cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build.log" 2>&1 &&
    cmake --build $B -j16 --target gdn gdn_static test_cuda_chunk >>"$OUT/build.log" 2>&1; then
     LIB=$B/libgdn_static.a
     SO=$B/libgdn.so
     TEST=$B/tests/test_cuda_chunk
+    BENCH=
     log "cmake build ok ($(( $(date +%s) - t0 )) s)"
 else
     log "cmake build failed; building the chunk path alone with nvcc (see build.log)"
@@ -63,6 +71,7 @@ EOF
     LIB=$B/direct/libgdn_static.a
     SO=$B/direct/libgdn.so
     TEST=$B/direct/test_cuda_chunk
+    BENCH=
 fi
 
 for s in $steps; do
@@ -80,22 +89,42 @@ for s in $steps; do
         log "racecheck (basic): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
         ;;
     bench)
-        nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $LIB -lpthread -o $B/bench_prefill >>"$OUT/build.log" 2>&1 &&
-            $B/bench_prefill "$OUT/bench_prefill.txt" 2>&1 | tee "$OUT/bench.log"
+        if [ -z "$BENCH" ]; then
+            BENCH=$B/bench_prefill
+            nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $LIB -lpthread -o $BENCH >>"$OUT/build.log" 2>&1
+        fi
+        $BENCH "$OUT/bench_prefill.txt" 2>&1 | tee "$OUT/bench.log"
         log "bench_prefill: rc=$?"
         ;;
     ncu)
         ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy -k regex:chunk_ \
-            --launch-count 4 $B/bench_prefill - T8192 >"$OUT/ncu.log" 2>&1
+            --launch-count 4 ${BENCH:-$B/bench_prefill} - T8192 >"$OUT/ncu.log" 2>&1
         log "ncu: rc=$?"
         grep -E "chunk_|Duration|Warp Cycles Per Issued|Stall|Achieved Occupancy|Registers|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.log" | head -60
         ;;
     fla)
         ours=()
-        [ -f "$OUT/bench_prefill.txt" ] && ours=(--ours "$OUT/bench_prefill.txt")
-        PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla:python GDN_LIBRARY=$SO \
-            python3 bench/fla_prefill.py "${ours[@]}" --out "$OUT/prefill_table.txt" 2>&1 | tee "$OUT/fla.log"
+        if [ -f "$OUT/bench_prefill.txt" ]; then
+            ours=(--ours "$OUT/bench_prefill.txt")
+        elif [ -f $PRE/bench_prefill.txt ]; then
+            ours=(--ours $PRE/bench_prefill.txt) # an earlier run's C timings of the same binaries
+        fi
+        # FLA autotunes each kernel per (H, HV, K, V) on first use, which takes minutes; Triton
+        # keeps the results in TRITON_CACHE_DIR, saved to $OUT and restored from $PRE when carried.
+        export TRITON_CACHE_DIR=/tmp/triton_cache
+        mkdir -p $TRITON_CACHE_DIR
+        [ -f $PRE/triton_autotune.tgz ] && tar xzf $PRE/triton_autotune.tgz -C $TRITON_CACHE_DIR
+        export PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla:python GDN_LIBRARY=$SO
+        t0=$(date +%s)
+        for w in B1_T32768_H16_HV32 B2_T16384_H16_HV16 B1_T8192_H2_HV8; do
+            timeout ${FLA_WARM_TIMEOUT:-300} python3 bench/fla_prefill.py --warm $w >>"$OUT/fla.log" 2>&1 &
+        done
+        wait
+        log "FLA autotune warm-up, three key sets in parallel: $(( $(date +%s) - t0 )) s"
+        timeout ${FLA_TIMEOUT:-600} python3 bench/fla_prefill.py "${ours[@]}" ${FLA_ARGS:-} --out "$OUT/prefill_table.txt" 2>&1 |
+            tee -a "$OUT/fla.log"
         log "fla_prefill: rc=$?"
+        (cd $TRITON_CACHE_DIR && find . -name '*.autotune.json' | tar czf "$OUT/triton_autotune.tgz" -T -)
         ;;
     esac
 done

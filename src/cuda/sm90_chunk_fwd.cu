@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
         /* Row and column factors into registers first: the stores into As below may alias them
          * as far as the compiler knows. Gam is scaled to log2 so each decay is one ex2. */
         constexpr float LOG2E = 1.4426950408889634f;
-        float gr[2], br[2], rqr[2], gcol[16], kcol[16];
+        float gr[2], br[2], rqr[2];
 #pragma unroll
         for (int hrow = 0; hrow < 2; ++hrow) {
             const int i = 16 * warp + g + 8 * hrow;
@@ -285,24 +285,20 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
             br[hrow] = bet[i] * rk[i];
             rqr[hrow] = p.scale * rq[i];
         }
-#pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-            const int j = 8 * (jj >> 1) + 2 * t + (jj & 1);
-            gcol[jj] = gam[j] * LOG2E;
-            kcol[jj] = rk[j];
-        }
         __syncthreads(); /* Q and K consumed: A and T take their place */
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
+            const float2 gcol = make_float2(gam[8 * nt + 2 * t] * LOG2E, gam[8 * nt + 2 * t + 1] * LOG2E);
+            const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
 #pragma unroll
             for (int hrow = 0; hrow < 2; ++hrow) {
                 const int i = 16 * warp + g + 8 * hrow;
                 float av[2], pv[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int j = 8 * nt + 2 * t + e, jj = 2 * nt + e;
+                    const int j = 8 * nt + 2 * t + e;
                     /* Only i >= j: 2^x of a non-positive number. */
-                    const float dec = i >= j ? fast_exp2(gr[hrow] - gcol[jj]) * kcol[jj] : 0.f;
+                    const float dec = i >= j ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * (e ? kcol.y : kcol.x) : 0.f;
                     av[e] = i > j ? br[hrow] * dec * kk[nt][2 * hrow + e] : 0.f;
                     pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
                 }
@@ -320,17 +316,23 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
 #pragma unroll
     for (int r0 = 0; r0 < C; r0 += 16) {
         if (r0 > 0) {
-            for (int idx = tid; idx < 16 * r0; idx += 128) {
-                const int i = r0 + idx / r0, cc = idx % r0;
-                float s0 = 0.f, s1 = 0.f;
-                int j = cc;
-                for (; j + 1 < r0; j += 2) {
-                    s0 += As[i * LD + j] * Ts[j * LD + cc];
-                    s1 += As[i * LD + j + 1] * Ts[(j + 1) * LD + cc];
+            /* 2 x 2 output tiles: rows i, i + 1 and columns cc, cc + 1 (cc even, so T[cc][cc + 1]
+             * is the zero written by the substitution of cc's block). */
+            for (int idx = tid; idx < 4 * r0; idx += 128) {
+                const int i = r0 + 2 * (idx / (r0 / 2)), cc = 2 * (idx % (r0 / 2));
+                float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+                for (int j = cc; j < r0; j += 2) {
+                    const float2 a0 = *reinterpret_cast<const float2 *>(As + i * LD + j);
+                    const float2 a1 = *reinterpret_cast<const float2 *>(As + (i + 1) * LD + j);
+                    const float2 t0 = *reinterpret_cast<const float2 *>(Ts + j * LD + cc);
+                    const float2 t1 = *reinterpret_cast<const float2 *>(Ts + (j + 1) * LD + cc);
+                    s00 += a0.x * t0.x + a0.y * t1.x;
+                    s01 += a0.x * t0.y + a0.y * t1.y;
+                    s10 += a1.x * t0.x + a1.y * t1.x;
+                    s11 += a1.x * t0.y + a1.y * t1.y;
                 }
-                if (j < r0)
-                    s0 += As[i * LD + j] * Ts[j * LD + cc];
-                Ts[i * LD + cc] = -(s0 + s1);
+                *reinterpret_cast<float2 *>(Ts + i * LD + cc) = make_float2(-s00, -s01);
+                *reinterpret_cast<float2 *>(Ts + (i + 1) * LD + cc) = make_float2(-s10, -s11);
             }
             __syncthreads();
         }
