@@ -54,7 +54,8 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStag
 {
     constexpr int PER_LANE = K / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    for (int j = warp; j < tc; j += nwarps) {
+    /* token j goes to warp (j + 1) % W: warp 0 may be busy issuing the state copies */
+    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += nwarps) {
         const int64_t t = tok0 + j;
         const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
         const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
@@ -322,6 +323,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     __shared__ TokenStage<K, TILE_ROWS> st;
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
+    __shared__ StateT *s_src;                        /* warp 0's slot lookup, for the whole CTA */
+    __shared__ int s_live;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
@@ -347,8 +350,37 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         const int64_t len = eos - bos;
         const int64_t packed0 = p.cu_seqlens ? bos : n * p.T;
 
-        StateT *src;
-        if (!sequence_start(p, n, hv, &src)) { /* uniform over the CTA */
+        /* The tile and the stage of the previous sequence are no longer read; order those generic
+         * accesses before the bulk copies that overwrite the tile. */
+        fence_proxy_async();
+        __syncthreads();
+        /* Warp 0 looks up the slot and issues the bulk copies while the other warps stage the
+         * tokens (stage_tokens starts on warp 1), so the slot lookup does not delay the stage. */
+        if (warp == 0) {
+            StateT *src0;
+            const bool live0 = sequence_start(p, n, hv, &src0);
+            if (live0 && src0) {
+                if (lane < passes) {
+                    const int first = lane * pass_rows;
+                    const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
+                    mbar_expect_tx(&bar[lane], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
+                }
+                for (int i = lane; i < cta_rows; i += 32)
+                    bulk_load(&tile[i * K], src0 + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
+            }
+            if (lane == 0) {
+                s_src = src0;
+                s_live = live0;
+            }
+        }
+        if (!p.state_indices && !p.state_in) /* no initial state: zeros */
+            for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
+                tile[i] = gdn_from_f32<StateT>(0.0f);
+        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
+        stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        __syncthreads();
+        StateT *const src = s_src;
+        if (!s_live) { /* skipped: uniform over the CTA */
             for (int ps = 0; ps < passes; ps++) {
                 int rows[RPL];
                 bool row_ok[RPL];
@@ -363,33 +395,15 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             continue;
         }
 
-        /* Every thread is done with the tile of the previous sequence; order those generic
-         * accesses before the bulk copies that overwrite it. */
-        fence_proxy_async();
-        __syncthreads();
-        if (src) {
-            if (threadIdx.x < passes) {
-                const int first = threadIdx.x * pass_rows;
-                const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
-                mbar_expect_tx(&bar[threadIdx.x], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
-            }
-            if (warp == 0) {
-                for (int i = lane; i < cta_rows; i += 32)
-                    bulk_load(&tile[i * K], src + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
-            }
-        } else {
-            for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
-                tile[i] = gdn_from_f32<StateT>(0.0f);
-        }
-
         const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
             const int64_t t0 = ci * kTokenChunk;
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
-            if (ci > 0)
+            if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
-            stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
-            __syncthreads();
+                stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                __syncthreads();
+            }
             const bool last = ci == chunks - 1;
 
             for (int ps = 0; ps < passes; ps++) {
