@@ -219,7 +219,10 @@ static inline void gdn_st_vec_f32(void *base, gdn_dtype dt, int64_t off, int64_t
 static inline double gdn_softplus(double x, double beta, double threshold)
 {
     double bx = beta * x;
-    return bx > threshold ? x : log1p(exp(bx)) / beta;
+    if (bx > threshold)
+        return x;
+    /* log(1 + e^bx) written so that exp never overflows, whatever the threshold. */
+    return (bx > 0.0 ? bx + log1p(exp(-bx)) : log1p(exp(bx))) / beta;
 }
 
 static inline double gdn_sigmoid(double x)
