@@ -44,7 +44,7 @@ typedef struct gdn_problem {
     /* Gates. Exactly one of g and a is present. */
     gdn_gate_kind gate_kind;
     gdn_view g;                 /* f32 (f64 in CPU oracle mode); s = {b, t, hv, r} (r: KDA key channel) */
-    gdn_view a;                 /* raw; s = {b, t, hv, r}; f32 / bf16 / f16 */
+    gdn_view a;                 /* raw; s = {b, t, hv, r}; f32 / bf16 / f16 (f64 in CPU oracle mode) */
     const float *A_log;         /* [HV] contiguous; present iff a is */
     gdn_view dt_bias;           /* f32; s = {hv, r}; may be absent */
     float lower_bound;          /* KDA: 0 = off */
