@@ -19,17 +19,26 @@ from . import _capi as C
 # Shared plumbing
 
 
-def _run(fn_name, size_fn, run_fn, args, device):
+def _run(fn_name, size_fn, run_fn, args, device, on_unsupported=None):
     """Query the workspace (CUDA; the CPU backend takes none), allocate it with torch on `device`,
-    run. `args` is the filled struct."""
+    run. `args` is the filled struct. The query validates the arguments, so a GDN_ERR_UNSUPPORTED
+    from the run itself means the CUDA backend declined valid arguments: then on_unsupported(error)
+    runs instead, if given."""
     buf = None
     if device.type == "cuda":
         nbytes = C.ctypes.c_size_t(0)
         C.check(size_fn(C.ctypes.byref(args), C.ctypes.byref(nbytes)), fn_name)
         buf, args.workspace = C.workspace(nbytes.value, device)
         args.workspace_bytes = nbytes.value
-    C.check(run_fn(C.ctypes.byref(args)), fn_name)
+    status = run_fn(C.ctypes.byref(args))
     del buf  # back to torch's allocator; on CUDA it stays reserved for this stream's queued work
+    if status == C.GDN_ERR_UNSUPPORTED and on_unsupported is not None and device.type == "cuda":
+        try:
+            C.check(status, fn_name)
+        except C.GDNUnsupportedError as e:
+            on_unsupported(e)
+        return
+    C.check(status, fn_name)
 
 
 def _forward_only(fn, *tensors):
@@ -293,15 +302,14 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     args.o = C.describe(o, "o")
     args.stream = C.stream_of(q)
     L = C.lib()
-    try:
-        _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
-    except C.GDNUnsupportedError as e:
-        if dev.type != "cuda" or e.status != C.GDN_ERR_UNSUPPORTED:
-            raise
-        # The CUDA chunk kernel does not take these inputs (f32, KDA, odd strides): the recurrent
+
+    def recurrent_instead(e):
+        # The CUDA chunk kernel declined these inputs (f32, KDA, odd strides): the recurrent
         # kernel computes the same recurrence, token by token.
-        warnings.warn(f"{e}; running the recurrent kernel instead", stacklevel=3)
+        warnings.warn(f"{e}; running the recurrent kernel instead", stacklevel=5)
         _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, _as_recurrent(args), dev)
+
+    _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev, on_unsupported=recurrent_instead)
     return o, final
 
 

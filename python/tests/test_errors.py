@@ -173,3 +173,25 @@ def test_forward_only_warning():
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
     with torch.no_grad():
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+
+
+def test_cuda_chunk_fallback_rule():
+    """Only a GDN_ERR_UNSUPPORTED from the CUDA run itself (valid arguments the backend declined)
+    falls back; validation errors, which the workspace query reports first, raise."""
+    from libgdn import ops
+    cuda = torch.device("cuda")  # never touched: the mocks below stand in for the library
+    ok = lambda args, nbytes: _capi.GDN_OK
+    declined = []
+    ops._run("op", ok, lambda args: _capi.GDN_ERR_UNSUPPORTED, _capi.ChunkFwdArgs(), cuda,
+             on_unsupported=declined.append)
+    assert len(declined) == 1 and declined[0].status == _capi.GDN_ERR_UNSUPPORTED
+    with pytest.raises(libgdn.GDNUnsupportedError):
+        ops._run("op", lambda args, nbytes: _capi.GDN_ERR_UNSUPPORTED, lambda args: _capi.GDN_OK,
+                 _capi.ChunkFwdArgs(), cuda, on_unsupported=declined.append)
+    with pytest.raises(libgdn.GDNUnsupportedError):
+        ops._run("op", ok, lambda args: _capi.GDN_ERR_UNSUPPORTED, _capi.ChunkFwdArgs(), torch.device("cpu"),
+                 on_unsupported=declined.append)
+    with pytest.raises(libgdn.GDNInvalidArgumentError):
+        ops._run("op", ok, lambda args: _capi.GDN_ERR_INVALID_ARGUMENT, _capi.ChunkFwdArgs(), cuda,
+                 on_unsupported=declined.append)
+    assert len(declined) == 1
