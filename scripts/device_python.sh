@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 log="$OUT/python-device.txt"
 exec > >(tee "$log") 2>&1
 
-echo "== libgdn python device suite, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null)"
+echo "== libgdn python device suite, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo "${GDN_COMMIT:-unknown (no .git here; set GDN_COMMIT)}")"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
 
