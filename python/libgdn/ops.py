@@ -548,7 +548,7 @@ def _as_bth(t):
     return t.reshape(1, -1, t.shape[-1])
 
 
-def _gating(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold, allow_neg_eigval):
+def _gating(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold):
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"{fn}: a must be a torch.Tensor")
     a3 = _as_bth(a)
@@ -564,7 +564,6 @@ def _gating(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_thresh
     args.softplus_threshold = float(softplus_threshold)
     args.g_out = C.describe(g, "g_out")
     args.b = C.describe(b3, "b")
-    args.allow_neg_eigval = int(bool(allow_neg_eigval))
     args.beta_out = C.describe(beta, "beta_out")
     args.stream = C.stream_of(a)
     C.check(C.lib().gdn_gating(C.ctypes.byref(args)), fn)
@@ -589,7 +588,7 @@ def fused_gdn_gate(g, A_log, dt_bias=None, output_dtype=torch.float32):
     Returns:
         Log decays of the shape of `g`.
     """
-    out, _ = _gating("fused_gdn_gate", g, A_log, dt_bias, None, None, 0.0, 0.0, False)
+    out, _ = _gating("fused_gdn_gate", g, A_log, dt_bias, None, None, 0.0, 0.0)
     out = out.view(g.shape)
     return out if output_dtype == torch.float32 else out.to(output_dtype)
 
@@ -614,4 +613,4 @@ def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
     """
     if not isinstance(b, torch.Tensor):
         raise TypeError("fused_gdn_gating: b must be a torch.Tensor")
-    return _gating("fused_gdn_gating", a, A_log, dt_bias, b, b.dtype, beta, threshold, False)
+    return _gating("fused_gdn_gating", a, A_log, dt_bias, b, b.dtype, beta, threshold)

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import libgdn
 from reference import gdn_gate, kv, make_inputs, recurrence, rel_err, to_layout

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import libgdn
 import libgdn.vllm as vllm_ops
-from reference import gdn_gate, l2norm, kv, rel_err, to_layout
+from reference import gdn_gate, kv, l2norm, rel_err
 
 H, HV, K, V = 2, 4, 64, 64
 
