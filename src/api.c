@@ -672,60 +672,6 @@ static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, 
     return GDN_OK;
 }
 
-static size_t chunk_workspace(const gdn_problem *p)
-{
-#ifdef GDN_WITH_CUDA
-    if (p->device == GDN_DEVICE_CUDA)
-        return gdn_cuda_chunk_fwd_workspace_size(p);
-#endif
-    (void)p;
-    return 0;
-}
-
-gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes)
-{
-    clear_error();
-    if (!bytes)
-        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
-    gdn_problem p;
-    device_ctx dev = {0};
-    TRY(resolve_chunk(args, &p, &dev));
-    *bytes = chunk_workspace(&p);
-    return GDN_OK;
-}
-
-static gdn_status check_workspace(const gdn_problem *p, size_t need)
-{
-    if (need == 0)
-        return GDN_OK;
-    if (!p->workspace || p->workspace_bytes < need)
-        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes given%s, %zu needed (ask the workspace query)",
-                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need);
-    if ((uintptr_t)p->workspace % 256 != 0)
-        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "workspace: pointer must be 256-byte aligned");
-    return GDN_OK;
-}
-
-gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args)
-{
-    clear_error();
-    gdn_problem p;
-    device_ctx dev = {0};
-    TRY(resolve_chunk(args, &p, &dev));
-    device_guard guard;
-    TRY(enter_device(&dev, &guard));
-    gdn_status st = check_workspace(&p, chunk_workspace(&p));
-    if (st == GDN_OK) {
-#ifdef GDN_WITH_CUDA
-        st = p.device == GDN_DEVICE_CUDA ? gdn_cuda_chunk_fwd(&p) : gdn_cpu_chunk_fwd(&p);
-#else
-        st = gdn_cpu_chunk_fwd(&p);
-#endif
-    }
-    leave_device(&guard);
-    return st;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Recurrent forward                                                                           */
 
@@ -855,44 +801,103 @@ static gdn_status resolve_recurrent(const gdn_recurrent_fwd_args *args, gdn_prob
     return GDN_OK;
 }
 
-static size_t recurrent_workspace(const gdn_problem *p)
+/* ------------------------------------------------------------------------------------------ */
+/* The forward ops' entry points: resolve, then either report the workspace or run the backend.  */
+
+typedef struct fwd_op {
+    gdn_status (*resolve)(const void *args, gdn_problem *p, device_ctx *dev);
+    gdn_status (*cpu)(const gdn_problem *p);
+#ifdef GDN_WITH_CUDA
+    size_t (*cuda_workspace)(const gdn_problem *p);
+    gdn_status (*cuda)(const gdn_problem *p);
+#endif
+} fwd_op;
+
+static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p)
 {
 #ifdef GDN_WITH_CUDA
     if (p->device == GDN_DEVICE_CUDA)
-        return gdn_cuda_recurrent_fwd_workspace_size(p);
+        return op->cuda_workspace(p);
 #endif
+    (void)op;
     (void)p;
     return 0;
 }
 
-gdn_status gdn_recurrent_fwd_workspace_size(const gdn_recurrent_fwd_args *args, size_t *bytes)
+static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t *bytes)
 {
     clear_error();
     if (!bytes)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     gdn_problem p;
     device_ctx dev = {0};
-    TRY(resolve_recurrent(args, &p, &dev));
-    *bytes = recurrent_workspace(&p);
+    TRY(op->resolve(args, &p, &dev));
+    *bytes = fwd_workspace(op, &p);
     return GDN_OK;
 }
 
-gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args)
+static gdn_status check_workspace(const gdn_problem *p, size_t need)
+{
+    if (need == 0)
+        return GDN_OK;
+    if (!p->workspace || p->workspace_bytes < need)
+        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes given%s, %zu needed (ask the workspace query)",
+                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need);
+    if ((uintptr_t)p->workspace % 256 != 0)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "workspace: pointer must be 256-byte aligned");
+    return GDN_OK;
+}
+
+static gdn_status fwd_run(const fwd_op *op, const void *args)
 {
     clear_error();
     gdn_problem p;
     device_ctx dev = {0};
-    TRY(resolve_recurrent(args, &p, &dev));
+    TRY(op->resolve(args, &p, &dev));
     device_guard guard;
     TRY(enter_device(&dev, &guard));
-    gdn_status st = check_workspace(&p, recurrent_workspace(&p));
+    gdn_status st = check_workspace(&p, fwd_workspace(op, &p));
     if (st == GDN_OK) {
 #ifdef GDN_WITH_CUDA
-        st = p.device == GDN_DEVICE_CUDA ? gdn_cuda_recurrent_fwd(&p) : gdn_cpu_recurrent_fwd(&p);
+        st = p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);
 #else
-        st = gdn_cpu_recurrent_fwd(&p);
+        st = op->cpu(&p);
 #endif
     }
     leave_device(&guard);
     return st;
 }
+
+static gdn_status resolve_chunk_any(const void *args, gdn_problem *p, device_ctx *dev)
+{
+    return resolve_chunk((const gdn_chunk_fwd_args *)args, p, dev);
+}
+
+static gdn_status resolve_recurrent_any(const void *args, gdn_problem *p, device_ctx *dev)
+{
+    return resolve_recurrent((const gdn_recurrent_fwd_args *)args, p, dev);
+}
+
+#ifdef GDN_WITH_CUDA
+static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd, gdn_cuda_chunk_fwd_workspace_size,
+                                gdn_cuda_chunk_fwd};
+static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd,
+                                    gdn_cuda_recurrent_fwd_workspace_size, gdn_cuda_recurrent_fwd};
+#else
+static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd};
+static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd};
+#endif
+
+gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes)
+{
+    return fwd_workspace_size(&chunk_op, args, bytes);
+}
+
+gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args) { return fwd_run(&chunk_op, args); }
+
+gdn_status gdn_recurrent_fwd_workspace_size(const gdn_recurrent_fwd_args *args, size_t *bytes)
+{
+    return fwd_workspace_size(&recurrent_op, args, bytes);
+}
+
+gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args) { return fwd_run(&recurrent_op, args); }
