@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# device.sh - the whole-library check on a GPU machine, in one device call: builds libgdn with
+# CMake (CUDA backend, sm_90a), runs every test: the CPU suite through ctest and the CUDA tests,
+# which compare against the float64 reference on fresh random inputs with poisoned outputs; runs
+# `gdn demo` on the GPU, runs compute-sanitizer memcheck on small CUDA cases, and prints a
+# summary last. Logs go to $OUT (default ./out-device).
+#   bash scripts/device.sh                 (device tool: run(command="bash scripts/device.sh"))
+# The per-op benchmarks against FLA have their own harnesses, each one device call:
+#   scripts/device_decode.sh, scripts/device_prefill.sh, scripts/device_python.sh
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out-device}
+BUILD=${GDN_BUILD_DIR:-build-device}
+mkdir -p "$OUT"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+t0=$(date +%s)
+if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGDN_WERROR=ON &&
+       cmake --build "$BUILD" -j"$(nproc)"; } >"$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"
+    echo "BUILD FAILED"
+    exit 1
+fi
+grep -q "CUDA compiler identification" "$OUT/build.log" || { echo "CUDA backend not built"; exit 1; }
+note "build: ok ($(( $(date +%s) - t0 )) s)"
+
+ctest --test-dir "$BUILD" --output-on-failure -E test_cuda >"$OUT/ctest.log" 2>&1
+note "ctest (CPU tests, demo): rc=$?, $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+for t in test_cuda_recurrent test_cuda_chunk; do
+    "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
+    note "$t: rc=$?, $(tail -1 "$OUT/$t.log")"
+done
+
+"$BUILD/tools/gdn" demo >"$OUT/demo.log" 2>&1
+note "gdn demo: rc=$?"
+cat "$OUT/demo.log"
+
+compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode bad_device gating \
+    >"$OUT/memcheck.log" 2>&1
+note "memcheck recurrent: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" varlen odd_lengths \
+    >>"$OUT/memcheck.log" 2>&1
+note "memcheck chunk: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+
+echo
+echo "summary ($(cat "$OUT/device.txt"), $(date -u '+%Y-%m-%d %H:%M UTC'))"
+printf '  %s\n' "${summary[@]}"
