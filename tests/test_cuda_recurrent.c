@@ -394,180 +394,16 @@ static int test_strided_inputs(void)
 /* ------------------------------------------------------------------------------------------ */
 /* State pools                                                                                 */
 
-#define MAXN 8
-#define MAXT 6
-
-typedef struct pool_spec {
-    const char *label;
-    int N, T, P;
-    int rank2, cols;
-    int32_t idx[MAXN][MAXT];   /* rank 1 uses idx[n][0] */
-    int use_nat;
-    int32_t nat[MAXN];
-    int null_slot_zero, inplace, with_final, with_steps;
-    gdn_state_layout layout;
-    gdn_dtype state_dtype;
-    int64_t pad;               /* extra elements per slot */
-    int64_t K, V;
-} pool_spec;
-
-/* A slot the pool may read or write (the CUDA backend also skips slots >= P, which it cannot
- * validate on the host). */
-static int usable(const pool_spec *s, int32_t slot)
-{
-    return slot >= (s->null_slot_zero ? 1 : 0) && slot < s->P;
-}
-
-static int start_slot(const pool_spec *s, int n)
-{
-    int32_t slot;
-    if (s->rank2 && s->use_nat) {
-        if (s->nat[n] < 1 || s->nat[n] > s->cols)
-            return -1;
-        slot = s->idx[n][s->nat[n] - 1];
-    } else {
-        slot = s->idx[n][0];
-    }
-    return usable(s, slot) ? slot : -1;
-}
-
-static size_t count_nonzero(const void *p, gdn_dtype dtype, size_t n)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += tu_get(p, dtype, i) != 0.0;
-    return c;
-}
-
-static void run_pool(const pool_spec *s, uint64_t seed)
+/* One pool call (tu_pool_run, which test_state_pool.c runs on the CPU) on bf16 inputs, H = 2,
+ * HV = 4, V = 128, in-kernel gating. */
+static void run_pool(const tu_pool_spec *s, int64_t K, uint64_t seed)
 {
     tu_case_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.B = s->N, cfg.T = s->T, cfg.H = 2, cfg.HV = 4, cfg.K = s->K ? s->K : 128, cfg.V = s->V ? s->V : 128;
+    cfg.H = 2, cfg.HV = 4, cfg.K = K, cfg.V = 128;
     cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32;
-    cfg.state_dtype = s->state_dtype, cfg.layout = s->layout;
-    cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1, cfg.seed = seed;
-    tu_case c;
-    tu_case_init(&c, &cfg);
-
-    gdn_dtype sd = s->state_dtype;
-    size_t esz = gdn_dtype_size(sd);
-    int64_t slot_elems = cfg.HV * cfg.K * cfg.V, slot_stride = slot_elems + s->pad;
-    size_t pool_bytes = (size_t)(s->P * slot_stride) * esz;
-    unsigned char *pool = tu_alloc(pool_bytes);
-    tu_rng r = tu_rng_make(seed ^ 0xabcdef);
-    for (int64_t i = 0; i < s->P * slot_stride; i++)
-        tu_set(pool, sd, (size_t)i, 0.5 * tu_rng_normal(&r));
-    int start[MAXN];
-    for (int n = 0; n < s->N; n++) {
-        start[n] = start_slot(s, n);
-        if (start[n] >= 0)
-            memcpy(pool + (size_t)(start[n] * slot_stride) * esz, (char *)c.h0 + (size_t)(n * slot_elems) * esz,
-                   (size_t)slot_elems * esz);
-    }
-    unsigned char *before = tu_snapshot(pool, pool_bytes);
-
-    size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V), per_seq_o = (size_t)(cfg.T * cfg.HV * cfg.V);
-    size_t n_steps = (size_t)(cfg.B * cfg.T * slot_elems);
-    double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
-    double *steps_ref = tu_alloc(n_steps * sizeof(double));
-    tu_case_naive(&c, o_ref, ht_ref, steps_ref);
-    void *steps = tu_alloc_elems(sd, n_steps);
-    tu_poison(steps, sd, n_steps);
-    tu_case_poison(&c);
-
-    int32_t idx_flat[MAXN * MAXT], nat[MAXN];
-    int cols = s->rank2 ? s->cols : 1;
-    for (int n = 0; n < s->N; n++) {
-        for (int t = 0; t < cols; t++)
-            idx_flat[n * cols + t] = s->idx[n][t];
-        nat[n] = s->nat[n];
-    }
-    int vk = s->layout == GDN_STATE_VK;
-    int64_t pool_shape[4] = {s->P, cfg.HV, vk ? cfg.V : cfg.K, vk ? cfg.K : cfg.V};
-    int64_t pool_stride[4] = {slot_stride, pool_shape[2] * pool_shape[3], pool_shape[3], 1};
-
-    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-    a.state = tu_tensor_strided(pool, sd, 4, pool_shape, pool_stride);
-    a.state_indices =
-        s->rank2 ? TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N, cols) : TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N);
-    if (s->use_nat)
-        a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, s->N);
-    a.inplace_state = s->inplace;
-    a.null_slot_zero = s->null_slot_zero;
-    if (!s->with_final)
-        memset(&a.final_state, 0, sizeof a.final_state);
-    if (s->with_steps)
-        a.step_states = tu_case_state(&c, steps, sd, cfg.B * cfg.T);
-
-    if (!tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", s->label))
-        goto done;
-
-    const double *expect[64] = {0};
-    for (int n = 0; n < s->N; n++) {
-        if (start[n] < 0 || !s->inplace)
-            continue;
-        if (!s->rank2) {
-            expect[start[n]] = ht_ref + (size_t)(n * slot_elems);
-        } else {
-            for (int t = 0; t < s->T; t++)
-                if (usable(s, s->idx[n][t]))
-                    expect[s->idx[n][t]] = steps_ref + (size_t)((n * s->T + t) * slot_elems);
-        }
-    }
-    char what[200];
-    for (int p = 0; p < s->P; p++) {
-        unsigned char *slot = pool + (size_t)(p * slot_stride) * esz, *old = before + (size_t)(p * slot_stride) * esz;
-        if (expect[p]) {
-            snprintf(what, sizeof what, "%s: pool slot %d", s->label, p);
-            tu_check(what, tu_compare(slot, sd, expect[p], GDN_DTYPE_F64, (size_t)slot_elems), tol_state(sd));
-            tu_expect(tu_same_bytes(slot + (size_t)slot_elems * esz, old + (size_t)slot_elems * esz,
-                                    (size_t)s->pad * esz),
-                      "%s: padding after pool slot %d was written", s->label, p);
-        } else {
-            tu_expect(tu_same_bytes(slot, old, (size_t)slot_stride * esz), "%s: pool slot %d should be untouched",
-                      s->label, p);
-        }
-    }
-    for (int n = 0; n < s->N; n++) {
-        void *o_n = (char *)c.o + per_seq_o * (size_t)n * gdn_dtype_size(cfg.dtype);
-        void *ht_n = (char *)c.ht + (size_t)(n * slot_elems) * esz;
-        void *steps_n = (char *)steps + (size_t)(n * s->T * slot_elems) * esz;
-        if (start[n] < 0) {
-            tu_expect(count_nonzero(o_n, cfg.dtype, per_seq_o) == 0, "%s: skipped sequence %d: o not zeroed",
-                      s->label, n);
-            if (s->with_final)
-                tu_expect(count_nonzero(ht_n, sd, (size_t)slot_elems) == 0,
-                          "%s: skipped sequence %d: final_state not zeroed", s->label, n);
-            if (s->with_steps)
-                tu_expect(count_nonzero(steps_n, sd, (size_t)(s->T * slot_elems)) == 0,
-                          "%s: skipped sequence %d: step_states not zeroed", s->label, n);
-            continue;
-        }
-        snprintf(what, sizeof what, "%s: o seq %d", s->label, n);
-        tu_check(what, tu_compare(o_n, cfg.dtype, o_ref + per_seq_o * (size_t)n, GDN_DTYPE_F64, per_seq_o),
-                 tol_o(cfg.dtype));
-        if (s->with_final) {
-            snprintf(what, sizeof what, "%s: final_state seq %d", s->label, n);
-            tu_check(what, tu_compare(ht_n, sd, ht_ref + (size_t)(n * slot_elems), GDN_DTYPE_F64, (size_t)slot_elems),
-                     tol_state(sd));
-        }
-        if (s->with_steps) {
-            snprintf(what, sizeof what, "%s: step_states seq %d", s->label, n);
-            tu_check(what,
-                     tu_compare(steps_n, sd, steps_ref + (size_t)(n * s->T * slot_elems), GDN_DTYPE_F64,
-                                (size_t)(s->T * slot_elems)),
-                     tol_state(sd));
-        }
-    }
-done:
-    free(pool);
-    free(before);
-    free(o_ref);
-    free(ht_ref);
-    free(steps_ref);
-    free(steps);
-    tu_case_free(&c);
+    cfg.l2norm = 1, cfg.raw_gates = 1;
+    tu_pool_run(s, &cfg, seed, run_cuda, tol_o(cfg.dtype), tol_state(s->state_dtype));
 }
 
 static int test_pool_decode(void)
@@ -575,7 +411,7 @@ static int test_pool_decode(void)
     if (!need_gpu())
         return TU_SKIP;
     for (int v = 0; v < 6; v++) {
-        pool_spec s;
+        tu_pool_spec s;
         memset(&s, 0, sizeof s);
         s.label = (const char *[]){"pool T=1 VK f32",      "pool T=1 VK bf16",        "pool T=1 KV f32",
                                    "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2"}[v];
@@ -594,8 +430,7 @@ static int test_pool_decode(void)
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
         s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = v == 4 ? 6 : 40; /* 6: slots not 16-byte aligned, the element-wise path */
-        s.K = v == 2 ? 64 : 128;
-        run_pool(&s, g_seed + 4000 + (uint64_t)v);
+        run_pool(&s, v == 2 ? 64 : 128, g_seed + 4000 + (uint64_t)v);
     }
     return TU_PASS;
 }
@@ -610,7 +445,7 @@ static int test_pool_spec_verify(void)
     };
     static const int32_t nat[6] = {1, 3, 2, 0, 2, 4}; /* seq 3: 0 accepted: skipped; seq 4 starts at -1 */
     for (int v = 0; v < 4; v++) {
-        pool_spec s;
+        tu_pool_spec s;
         memset(&s, 0, sizeof s);
         s.label = (const char *[]){"verify 2-D + num_accepted VK f32", "verify 2-D + num_accepted VK bf16",
                                    "verify 2-D + num_accepted KV f32", "verify 2-D without num_accepted"}[v];
@@ -629,7 +464,7 @@ static int test_pool_spec_verify(void)
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
         s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = 32;
-        run_pool(&s, g_seed + 5000 + (uint64_t)v);
+        run_pool(&s, 128, g_seed + 5000 + (uint64_t)v);
     }
     return TU_PASS;
 }

@@ -843,3 +843,180 @@ void tu_case_naive(const tu_case *c, double *o, double *ht, double *steps)
     free(kn);
     free(u);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* gdn_recurrent_fwd with a state pool                                                         */
+
+/* A slot the pool may read or write. */
+static int pool_usable(const tu_pool_spec *s, int32_t slot)
+{
+    return slot >= (s->null_slot_zero ? 1 : 0) && slot < s->P;
+}
+
+/* The slot sequence n starts from, or -1 if the sequence is skipped. */
+static int pool_start_slot(const tu_pool_spec *s, int n)
+{
+    int32_t slot;
+    if (s->rank2 && s->use_nat) {
+        if (s->nat[n] < 1 || s->nat[n] > s->cols)
+            return -1;
+        slot = s->idx[n][s->nat[n] - 1];
+    } else {
+        slot = s->idx[n][0];
+    }
+    return pool_usable(s, slot) ? slot : -1;
+}
+
+static size_t count_nonzero(const void *p, gdn_dtype dtype, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += tu_get(p, dtype, i) != 0.0;
+    return c;
+}
+
+void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t seed, tu_recurrent_fn run,
+                 double tol_o, double tol_state)
+{
+    tu_case_config cfg = *base;
+    cfg.B = s->N;
+    cfg.T = s->T;
+    if (s->varlen) {
+        cfg.nseq = s->N;
+        memcpy(cfg.seqlens, s->lens, (size_t)s->N * sizeof(int32_t));
+    }
+    cfg.state_dtype = s->state_dtype;
+    cfg.layout = s->layout;
+    cfg.initial_state = 1;
+    cfg.seed = seed;
+    tu_case c;
+    tu_case_init(&c, &cfg);
+
+    gdn_dtype sd = s->state_dtype;
+    size_t esz = gdn_dtype_size(sd);
+    int64_t slot_elems = cfg.HV * cfg.K * cfg.V, slot_stride = slot_elems + s->pad;
+    size_t pool_bytes = (size_t)(s->P * slot_stride) * esz;
+
+    /* Pool: random values everywhere (padding included), then each live sequence's start state
+     * copied from the case's initial state, so the naive reference starts from the same values. */
+    unsigned char *pool = tu_alloc(pool_bytes);
+    {
+        tu_rng r = tu_rng_make(seed ^ 0xabcdef);
+        for (int64_t i = 0; i < s->P * slot_stride; i++)
+            tu_set(pool, sd, (size_t)i, 0.5 * tu_rng_normal(&r));
+    }
+    int start[TU_POOL_MAXN];
+    for (int n = 0; n < s->N; n++) {
+        start[n] = pool_start_slot(s, n);
+        if (start[n] >= 0)
+            memcpy(pool + (size_t)(start[n] * slot_stride) * esz, (char *)c.h0 + (size_t)(n * slot_elems) * esz,
+                   (size_t)slot_elems * esz);
+    }
+    unsigned char *before = tu_snapshot(pool, pool_bytes);
+
+    int64_t ntok = c.c.B * c.c.T, tok_o = cfg.HV * cfg.V; /* packed tokens; o elements per token */
+    size_t n_o = (size_t)(ntok * tok_o), n_steps = (size_t)(ntok * slot_elems);
+    double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
+    double *steps_ref = tu_alloc(n_steps * sizeof(double));
+    tu_case_naive(&c, o_ref, ht_ref, steps_ref);
+
+    void *steps = tu_alloc_elems(sd, n_steps);
+    tu_poison(steps, sd, n_steps);
+    tu_case_poison(&c);
+
+    int32_t idx_flat[TU_POOL_MAXN * TU_POOL_MAXT], nat[TU_POOL_MAXN];
+    int cols = s->rank2 ? s->cols : 1;
+    for (int n = 0; n < s->N; n++) {
+        for (int t = 0; t < cols; t++)
+            idx_flat[n * cols + t] = s->idx[n][t];
+        nat[n] = s->nat[n];
+    }
+    int64_t pool_shape[4] = {s->P, cfg.HV, s->layout == GDN_STATE_VK ? cfg.V : cfg.K,
+                             s->layout == GDN_STATE_VK ? cfg.K : cfg.V};
+    int64_t pool_stride[4] = {slot_stride, pool_shape[2] * pool_shape[3], pool_shape[3], 1};
+
+    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+    a.state = tu_tensor_strided(pool, sd, 4, pool_shape, pool_stride);
+    a.state_indices = s->rank2 ? TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N, cols) : TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N);
+    if (s->use_nat)
+        a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, s->N);
+    a.inplace_state = s->inplace;
+    a.null_slot_zero = s->null_slot_zero;
+    if (!s->with_final)
+        memset(&a.final_state, 0, sizeof a.final_state);
+    if (s->with_steps)
+        a.step_states = tu_case_state(&c, steps, sd, ntok);
+
+    gdn_status st = run ? run(a) : gdn_recurrent_fwd(&a);
+    if (!tu_expect(st == GDN_OK, "%s: %s (%s)", s->label, gdn_status_string(st), gdn_last_error()))
+        goto done;
+
+    /* Which slot receives which reference state. */
+    const double *expect[TU_POOL_MAXP] = {0};
+    for (int n = 0; n < s->N; n++) {
+        if (start[n] < 0 || !s->inplace)
+            continue;
+        if (!s->rank2) {
+            expect[start[n]] = ht_ref + (size_t)(n * slot_elems);
+        } else {
+            int64_t p0, p1;
+            tu_case_seq(&c, n, &p0, &p1);
+            for (int64_t t = 0; t < p1 - p0; t++)
+                if (pool_usable(s, s->idx[n][t]))
+                    expect[s->idx[n][t]] = steps_ref + (size_t)((p0 + t) * slot_elems);
+        }
+    }
+    char what[160];
+    for (int p = 0; p < s->P; p++) {
+        unsigned char *slot = pool + (size_t)(p * slot_stride) * esz, *old = before + (size_t)(p * slot_stride) * esz;
+        if (expect[p]) {
+            snprintf(what, sizeof what, "%s pool slot %d", s->label, p);
+            tu_check(what, tu_compare(slot, sd, expect[p], GDN_DTYPE_F64, (size_t)slot_elems), tol_state);
+            tu_expect(tu_same_bytes(slot + (size_t)slot_elems * esz, old + (size_t)slot_elems * esz,
+                                    (size_t)s->pad * esz),
+                      "%s: padding after pool slot %d was written", s->label, p);
+        } else {
+            tu_expect(tu_same_bytes(slot, old, (size_t)slot_stride * esz), "%s: pool slot %d should be untouched",
+                      s->label, p);
+        }
+    }
+    for (int n = 0; n < s->N; n++) {
+        int64_t p0, p1;
+        tu_case_seq(&c, n, &p0, &p1);
+        size_t per_seq_o = (size_t)((p1 - p0) * tok_o), per_seq_steps = (size_t)((p1 - p0) * slot_elems);
+        void *o_n = (char *)c.o + (size_t)(p0 * tok_o) * gdn_dtype_size(cfg.dtype);
+        void *ht_n = (char *)c.ht + (size_t)(n * slot_elems) * esz;
+        void *steps_n = (char *)steps + (size_t)(p0 * slot_elems) * esz;
+        if (start[n] < 0) {
+            tu_expect(count_nonzero(o_n, cfg.dtype, per_seq_o) == 0, "%s: skipped sequence %d: o not zeroed",
+                      s->label, n);
+            if (s->with_final)
+                tu_expect(count_nonzero(ht_n, sd, (size_t)slot_elems) == 0,
+                          "%s: skipped sequence %d: final_state not zeroed", s->label, n);
+            if (s->with_steps)
+                tu_expect(count_nonzero(steps_n, sd, per_seq_steps) == 0,
+                          "%s: skipped sequence %d: step_states not zeroed", s->label, n);
+            continue;
+        }
+        snprintf(what, sizeof what, "%s o seq %d", s->label, n);
+        tu_check(what, tu_compare(o_n, cfg.dtype, o_ref + p0 * tok_o, GDN_DTYPE_F64, per_seq_o), tol_o);
+        if (s->with_final) {
+            snprintf(what, sizeof what, "%s final_state seq %d", s->label, n);
+            tu_check(what, tu_compare(ht_n, sd, ht_ref + (size_t)(n * slot_elems), GDN_DTYPE_F64, (size_t)slot_elems),
+                     tol_state);
+        }
+        if (s->with_steps) {
+            snprintf(what, sizeof what, "%s step_states seq %d", s->label, n);
+            tu_check(what, tu_compare(steps_n, sd, steps_ref + p0 * slot_elems, GDN_DTYPE_F64, per_seq_steps),
+                     tol_state);
+        }
+    }
+done:
+    free(pool);
+    free(before);
+    free(o_ref);
+    free(ht_ref);
+    free(steps_ref);
+    free(steps);
+    tu_case_free(&c);
+}

@@ -9,6 +9,8 @@
  *   - relative RMS error ||out - ref|| / ||ref|| with NaN/Inf detection and the worst element
  *   - a tiny runner: each test returns TU_PASS / TU_FAIL / TU_SKIP and gets one output line with
  *     its name and worst relative error; the last line is exactly "N passed, N failed"
+ *   - a random GDN / KDA problem (tu_case) with its float64 oracle and args builders, and a state-pool
+ *     call of gdn_recurrent_fwd checked slot by slot (tu_pool_run: the CPU and CUDA pool tests)
  *
  * A test records each comparison with tu_check(); the runner prints the one with the largest
  * error-to-tolerance ratio. Arguments to a test binary are substrings that select tests by name.
@@ -226,5 +228,44 @@ double tu_softplus(double x, double beta, double threshold);
 double tu_gate_value(gdn_gate_kind kind, double a, double A_log, double dt_bias, double lower_bound,
                      double sp_beta, double sp_threshold);
 double tu_beta_value(double b, int allow_neg_eigval);
+
+/* ------------------------------------------------------------------------------------------ */
+/* gdn_recurrent_fwd with a state pool, checked slot by slot                                   */
+
+#define TU_POOL_MAXN 8  /* sequences */
+#define TU_POOL_MAXT 6  /* columns of 2-D state_indices */
+#define TU_POOL_MAXP 64 /* slots */
+
+typedef struct tu_pool_spec {
+    const char *label;
+    int N, T, P;                /* sequences, tokens per sequence (unless varlen), pool slots */
+    int varlen;                 /* packed sequences of lens[n] tokens (cu_seqlens) */
+    int32_t lens[TU_POOL_MAXN];
+    int rank2;                  /* 2-D state_indices [N, T_max] */
+    int cols;                   /* T_max (>= T when per-step writes happen) */
+    int32_t idx[TU_POOL_MAXN][TU_POOL_MAXT]; /* rank 1 uses idx[n][0] */
+    int use_nat;
+    int32_t nat[TU_POOL_MAXN];
+    int null_slot_zero;
+    int inplace;
+    int with_final, with_steps;
+    gdn_state_layout layout;
+    gdn_dtype state_dtype;
+    int64_t pad;                /* extra elements per pool slot */
+} tu_pool_spec;
+
+/* How a pool test runs gdn_recurrent_fwd on host args: NULL runs it on the host; the CUDA tests
+ * pass a device round trip. */
+typedef gdn_status (*tu_recurrent_fn)(gdn_recurrent_fwd_args a);
+
+/* Runs one pool call of spec s on a case of base's heads, dimensions, dtypes and gating (B, T or
+ * seqlens, state dtype, layout, initial state and seed come from s and seed). The pool holds random
+ * values everywhere, padding included, with each live sequence's start slot set to the case's
+ * initial state, so that the naive double recurrence gives the expected values. Checks every slot
+ * written (tol_state) against it, that padding and all other slots are byte-identical, o (tol_o),
+ * final_state and step_states (tol_state), and zeros for skipped sequences. Slots >= P count as
+ * invalid, as for device-resident indices. */
+void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t seed, tu_recurrent_fn run,
+                 double tol_o, double tol_state);
 
 #endif /* GDN_TEST_UTIL_H */
