@@ -98,14 +98,8 @@ static void run_case(const tu_case_config *cfg)
     for (int op = 0; op < 2; op++) {
         const char *opname = op == 0 ? "chunk" : "recurrent";
         tu_case_poison(&c);
-        gdn_status st;
-        if (op == 0) {
-            gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
-            st = gdn_chunk_fwd(&a);
-        } else {
-            gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-            st = gdn_recurrent_fwd(&a);
-        }
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+        gdn_status st = tu_fwd(op, &a);
         if (!tu_expect(st == GDN_OK, "%s %s: %s (%s)", opname, name, gdn_status_string(st), gdn_last_error()))
             continue;
         size_t left_o = tu_count_poison(c.o, c.c.dtype, n_o), left_s = tu_count_poison(c.ht, c.c.state_dtype, n_s);
@@ -330,17 +324,10 @@ static int test_gating_in_kernel_vs_precomputed(void)
             pre.beta = ga.beta_out;
             for (int pass = 0; pass < 2; pass++) {
                 tu_case_poison(&c);
-                if (op == 0) {
-                    gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
-                    if (pass)
-                        a.gate = pre;
-                    st = gdn_chunk_fwd(&a);
-                } else {
-                    gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-                    if (pass)
-                        a.gate = pre;
-                    st = gdn_recurrent_fwd(&a);
-                }
+                gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+                if (pass)
+                    a.gate = pre;
+                st = tu_fwd(op, &a);
                 tu_expect(st == GDN_OK, "%s pass %d: %s", op ? "recurrent" : "chunk", pass, gdn_last_error());
                 if (pass == 0) {
                     memcpy(o_raw, c.o, n_o * sizeof(float));
@@ -445,14 +432,8 @@ static int test_thread_count_invariance(void)
             tu_expect(gdn_get_num_threads() == counts[i], "gdn_get_num_threads() = %d after setting %d",
                       gdn_get_num_threads(), counts[i]);
             tu_case_poison(&c);
-            gdn_status st;
-            if (op == 0) {
-                gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
-                st = gdn_chunk_fwd(&a);
-            } else {
-                gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-                st = gdn_recurrent_fwd(&a);
-            }
+            gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+            gdn_status st = tu_fwd(op, &a);
             tu_expect(st == GDN_OK, "threads %d: %s", counts[i], gdn_last_error());
             if (i == 0) {
                 memcpy(o1, c.o, n_o * sizeof(float));

@@ -76,15 +76,9 @@ static void run_strided(const tu_case_config *cfg, const char *label)
     char what[200];
     for (int op = 0; op < 2; op++) {
         const char *opname = op ? "recurrent" : "chunk";
-        gdn_status st;
         tu_case_poison(&c);
-        if (op == 0) {
-            gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
-            st = gdn_chunk_fwd(&a);
-        } else {
-            gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-            st = gdn_recurrent_fwd(&a);
-        }
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+        gdn_status st = tu_fwd(op, &a);
         if (!tu_expect(st == GDN_OK, "%s %s contiguous: %s", label, opname, gdn_last_error()))
             continue;
         memcpy(o_contig, c.o, n_o * esz);
@@ -92,25 +86,14 @@ static void run_strided(const tu_case_config *cfg, const char *label)
 
         tu_poison(o_pad, dt, ntok * (size_t)o_row);
         tu_poison(ht_pad, sd, (size_t)(c.N * slot_stride));
-        if (op == 0) {
-            gdn_chunk_fwd_args a = tu_case_chunk_args(&c);
-            a.q = q_t, a.k = k_t, a.v = v_t, a.o = o_t;
-            a.gate.beta = beta_t;
-            if (!k->raw_gates)
-                a.gate.g = g_t;
-            a.initial_state = tu_tensor_strided(h0_pad, sd, 4, s_shape, s_stride);
-            a.final_state = tu_tensor_strided(ht_pad, sd, 4, s_shape, s_stride);
-            st = gdn_chunk_fwd(&a);
-        } else {
-            gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-            a.q = q_t, a.k = k_t, a.v = v_t, a.o = o_t;
-            a.gate.beta = beta_t;
-            if (!k->raw_gates)
-                a.gate.g = g_t;
-            a.state = tu_tensor_strided(h0_pad, sd, 4, s_shape, s_stride);
-            a.final_state = tu_tensor_strided(ht_pad, sd, 4, s_shape, s_stride);
-            st = gdn_recurrent_fwd(&a);
-        }
+        /* the same call on the strided copies */
+        a.q = q_t, a.k = k_t, a.v = v_t, a.o = o_t;
+        a.gate.beta = beta_t;
+        if (!k->raw_gates)
+            a.gate.g = g_t;
+        a.state = tu_tensor_strided(h0_pad, sd, 4, s_shape, s_stride);
+        a.final_state = tu_tensor_strided(ht_pad, sd, 4, s_shape, s_stride);
+        st = tu_fwd(op, &a);
         if (st == GDN_ERR_UNSUPPORTED) {
             /* the header allows a path to refuse strides it cannot handle; say so, do not fail */
             printf("    note: %s %s strided: unsupported: %s\n", label, opname, gdn_last_error());

@@ -705,25 +705,6 @@ static gdn_tensor case_cu(const tu_case *c)
     return t;
 }
 
-gdn_chunk_fwd_args tu_case_chunk_args(const tu_case *c)
-{
-    gdn_chunk_fwd_args a;
-    memset(&a, 0, sizeof a);
-    a.q = tu_case_qk(c, c->q, c->c.dtype);
-    a.k = tu_case_qk(c, c->k, c->c.dtype);
-    a.v = tu_case_vo(c, c->v, c->c.dtype);
-    a.o = tu_case_vo(c, c->o, c->c.dtype);
-    a.gate = tu_case_gate_params(c);
-    a.scale = c->c.scale;
-    a.use_qk_l2norm = c->c.l2norm;
-    a.cu_seqlens = case_cu(c);
-    a.state_layout = c->c.layout;
-    if (c->h0)
-        a.initial_state = tu_case_state(c, c->h0, c->c.state_dtype, c->N);
-    a.final_state = tu_case_state(c, c->ht, c->c.state_dtype, c->N);
-    return a;
-}
-
 gdn_recurrent_fwd_args tu_case_recurrent_args(const tu_case *c)
 {
     gdn_recurrent_fwd_args a;
@@ -741,6 +722,39 @@ gdn_recurrent_fwd_args tu_case_recurrent_args(const tu_case *c)
         a.state = tu_case_state(c, c->h0, c->c.state_dtype, c->N);
     a.final_state = tu_case_state(c, c->ht, c->c.state_dtype, c->N);
     return a;
+}
+
+gdn_chunk_fwd_args tu_case_chunk_args(const tu_case *c)
+{
+    gdn_recurrent_fwd_args a = tu_case_recurrent_args(c);
+    return tu_chunk_args(&a);
+}
+
+gdn_chunk_fwd_args tu_chunk_args(const gdn_recurrent_fwd_args *r)
+{
+    gdn_chunk_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = r->q;
+    a.k = r->k;
+    a.v = r->v;
+    a.o = r->o;
+    a.gate = r->gate;
+    a.scale = r->scale;
+    a.use_qk_l2norm = r->use_qk_l2norm;
+    a.cu_seqlens = r->cu_seqlens;
+    a.state_layout = r->state_layout;
+    a.initial_state = r->state;
+    a.final_state = r->final_state;
+    a.stream = r->stream;
+    return a;
+}
+
+gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a)
+{
+    if (op == TU_RECURRENT)
+        return gdn_recurrent_fwd(a);
+    gdn_chunk_fwd_args c = tu_chunk_args(a);
+    return gdn_chunk_fwd(&c);
 }
 
 gdn_status tu_case_reference(tu_case *c)

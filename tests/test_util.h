@@ -216,6 +216,13 @@ gdn_gate_params tu_case_gate_params(const tu_case *c);
 /* Args for the op under test: inputs, initial state (if any), outputs c->o and c->ht. */
 gdn_chunk_fwd_args tu_case_chunk_args(const tu_case *c);
 gdn_recurrent_fwd_args tu_case_recurrent_args(const tu_case *c);
+/* The chunk form of recurrent args without a pool (no state_indices, step_states): the same
+ * inputs, gate, options, outputs and stream, a->state as the initial state. */
+gdn_chunk_fwd_args tu_chunk_args(const gdn_recurrent_fwd_args *a);
+/* For tests that run both forward ops on the same arguments: TU_CHUNK runs gdn_chunk_fwd on
+ * tu_chunk_args(a), TU_RECURRENT runs gdn_recurrent_fwd on a. */
+enum { TU_CHUNK = 0, TU_RECURRENT = 1 };
+gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a);
 /* Runs the float64 oracle (gdn_recurrent_fwd on f64 CPU tensors) into o_ref / ht_ref. */
 gdn_status tu_case_reference(tu_case *c);
 /* The recurrence of GDN_MATH.md written out naively in double, independent of the library:
