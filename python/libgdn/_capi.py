@@ -70,16 +70,19 @@ class Tensor(ctypes.Structure):
     ]
 
 
+# The raw-gate inputs, alike in gdn_gate_params and gdn_gating_args.
+_RAW_GATE_FIELDS = [
+    ("a", Tensor),
+    ("A_log", Tensor),
+    ("dt_bias", Tensor),
+    ("lower_bound", ctypes.c_float),
+    ("softplus_beta", ctypes.c_float),
+    ("softplus_threshold", ctypes.c_float),
+]
+
+
 class GateParams(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("g", Tensor),
-        ("a", Tensor),
-        ("A_log", Tensor),
-        ("dt_bias", Tensor),
-        ("lower_bound", ctypes.c_float),
-        ("softplus_beta", ctypes.c_float),
-        ("softplus_threshold", ctypes.c_float),
+    _fields_ = [("kind", ctypes.c_int), ("g", Tensor)] + _RAW_GATE_FIELDS + [
         ("beta", Tensor),
         ("beta_from_logits", ctypes.c_int),
         ("allow_neg_eigval", ctypes.c_int),
@@ -87,14 +90,7 @@ class GateParams(ctypes.Structure):
 
 
 class GatingArgs(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("a", Tensor),
-        ("A_log", Tensor),
-        ("dt_bias", Tensor),
-        ("lower_bound", ctypes.c_float),
-        ("softplus_beta", ctypes.c_float),
-        ("softplus_threshold", ctypes.c_float),
+    _fields_ = [("kind", ctypes.c_int)] + _RAW_GATE_FIELDS + [
         ("g_out", Tensor),
         ("b", Tensor),
         ("allow_neg_eigval", ctypes.c_int),
@@ -103,35 +99,35 @@ class GatingArgs(ctypes.Structure):
     ]
 
 
+# gdn_chunk_fwd_args and gdn_recurrent_fwd_args open with the same inputs and options and close with
+# the same output and workspace; only their state fields in between differ.
+FWD_INPUT_FIELDS = [
+    ("q", Tensor),
+    ("k", Tensor),
+    ("v", Tensor),
+    ("gate", GateParams),
+    ("scale", ctypes.c_float),
+    ("use_qk_l2norm", ctypes.c_int),
+    ("cu_seqlens", Tensor),
+    ("state_layout", ctypes.c_int),
+]
+FWD_OUTPUT_FIELDS = [
+    ("o", Tensor),
+    ("workspace", ctypes.c_void_p),
+    ("workspace_bytes", ctypes.c_size_t),
+    ("stream", ctypes.c_void_p),
+]
+
+
 class ChunkFwdArgs(ctypes.Structure):
-    _fields_ = [
-        ("q", Tensor),
-        ("k", Tensor),
-        ("v", Tensor),
-        ("gate", GateParams),
-        ("scale", ctypes.c_float),
-        ("use_qk_l2norm", ctypes.c_int),
-        ("cu_seqlens", Tensor),
-        ("state_layout", ctypes.c_int),
+    _fields_ = FWD_INPUT_FIELDS + [
         ("initial_state", Tensor),
         ("final_state", Tensor),
-        ("o", Tensor),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_size_t),
-        ("stream", ctypes.c_void_p),
-    ]
+    ] + FWD_OUTPUT_FIELDS
 
 
 class RecurrentFwdArgs(ctypes.Structure):
-    _fields_ = [
-        ("q", Tensor),
-        ("k", Tensor),
-        ("v", Tensor),
-        ("gate", GateParams),
-        ("scale", ctypes.c_float),
-        ("use_qk_l2norm", ctypes.c_int),
-        ("cu_seqlens", Tensor),
-        ("state_layout", ctypes.c_int),
+    _fields_ = FWD_INPUT_FIELDS + [
         ("state", Tensor),
         ("state_indices", Tensor),
         ("num_accepted_tokens", Tensor),
@@ -139,11 +135,7 @@ class RecurrentFwdArgs(ctypes.Structure):
         ("null_slot_zero", ctypes.c_int),
         ("final_state", Tensor),
         ("step_states", Tensor),
-        ("o", Tensor),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_size_t),
-        ("stream", ctypes.c_void_p),
-    ]
+    ] + FWD_OUTPUT_FIELDS
 
 
 # ------------------------------------------------------------------------------------------------
