@@ -130,6 +130,23 @@ def _fill_gate(gate, *, kind, g=None, a=None, A_log=None, dt_bias=None, beta=Non
     gate.lower_bound = float(lower_bound)
 
 
+def _fwd_args(cls, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
+              use_qk_l2norm, cu, state_v_first):
+    """A ChunkFwdArgs or RecurrentFwdArgs with the inputs and options both take filled in (q, k, v,
+    the gate from gate = (g, a, A_log, dt_bias), scale, l2norm, cu_seqlens, layout); the caller
+    sets the states, o and the stream."""
+    args = cls()
+    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
+    g, a, A_log, dt_bias = gate
+    _fill_gate(args.gate, kind=kind, g=g, a=a, A_log=A_log, dt_bias=dt_bias, beta=beta,
+               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
+    args.scale = 0.0 if scale is None else float(scale)
+    args.use_qk_l2norm = int(bool(use_qk_l2norm))
+    args.cu_seqlens = C.describe(cu, "cu_seqlens")
+    args.state_layout = _layout(state_v_first)
+    return args
+
+
 def _gate_tensors(fn_name, g, A_log, dt_bias, use_gate_in_kernel):
     """(g, a, A_log, dt_bias) for the gate struct: precomputed g (upcast to float32, as FLA does
     inside its kernels) or raw a with A_log / dt_bias."""
@@ -276,7 +293,6 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     dev = q.device
     cu = _i32(cu_seqlens, dev)
     N = cu.shape[0] - 1 if cu is not None else B
-    g_, a_, A_log_, dt_bias_ = gate
 
     state_dtype = _state_dtype(q, final_state_dtype)
     h0 = initial_state
@@ -289,14 +305,8 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
         h0 = h0.to(state_dtype)
     o = _empty(v.shape, v.dtype, v.device)
 
-    args = C.ChunkFwdArgs()
-    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
-    _fill_gate(args.gate, kind=kind, g=g_, a=a_, A_log=A_log_, dt_bias=dt_bias_, beta=beta,
-               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
-    args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm))
-    args.cu_seqlens = C.describe(cu, "cu_seqlens")
-    args.state_layout = _layout(state_v_first)
+    args = _fwd_args(C.ChunkFwdArgs, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval,
+                     scale, use_qk_l2norm, cu, state_v_first)
     args.initial_state = C.describe(h0, "initial_state")
     args.final_state = C.describe(final, "final_state")
     args.o = C.describe(o, "o")
@@ -316,8 +326,9 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
 def _as_recurrent(c):
     """Recurrent-forward arguments computing what chunk-forward arguments c describe."""
     r = C.RecurrentFwdArgs()
-    r.q, r.k, r.v, r.gate, r.scale, r.use_qk_l2norm = c.q, c.k, c.v, c.gate, c.scale, c.use_qk_l2norm
-    r.cu_seqlens, r.state_layout, r.state, r.final_state = c.cu_seqlens, c.state_layout, c.initial_state, c.final_state
+    for name, _ in C.FWD_INPUT_FIELDS:
+        setattr(r, name, getattr(c, name))
+    r.state, r.final_state = c.initial_state, c.final_state
     r.o, r.stream = c.o, c.stream
     return r
 
@@ -464,7 +475,6 @@ def _recurrent_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits
     dev = q.device
     cu = _i32(cu_seqlens, dev)
     N = cu.shape[0] - 1 if cu is not None else B
-    g_, a_, A_log_, dt_bias_ = gate
     if beta is None:
         beta = torch.ones(B, T, HV, dtype=torch.float32, device=dev)
     elif beta.dim() == 4:
@@ -511,14 +521,8 @@ def _recurrent_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits
         state = state.to(torch.float32)
     o = _empty(v.shape, v.dtype, v.device)
 
-    args = C.RecurrentFwdArgs()
-    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
-    _fill_gate(args.gate, kind=kind, g=g_, a=a_, A_log=A_log_, dt_bias=dt_bias_, beta=beta,
-               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
-    args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm))
-    args.cu_seqlens = C.describe(cu, "cu_seqlens")
-    args.state_layout = _layout(state_v_first)
+    args = _fwd_args(C.RecurrentFwdArgs, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval,
+                     scale, use_qk_l2norm, cu, state_v_first)
     args.state = C.describe(state, "initial_state")
     args.state_indices = C.describe(idx, "ssm_state_indices")
     args.num_accepted_tokens = C.describe(acc, "num_accepted_tokens")
