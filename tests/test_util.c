@@ -951,7 +951,8 @@ void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t see
 
     gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
     a.state = tu_tensor_strided(pool, sd, 4, pool_shape, pool_stride);
-    a.state_indices = s->rank2 ? TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N, cols) : TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N);
+    a.state_indices =
+        s->rank2 ? TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N, cols) : TU_TENSOR(idx_flat, GDN_DTYPE_I32, s->N);
     if (s->use_nat)
         a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, s->N);
     a.inplace_state = s->inplace;
