@@ -512,17 +512,23 @@ void tu_case_seq(const tu_case *c, int64_t n, int64_t *start, int64_t *end)
     }
 }
 
-/* Draws n values, rounds them through dtype, stores them in dtype and in double. */
-static void draw_normal(tu_rng *r, size_t n, float std, gdn_dtype dtype, void **out, double **out64)
+/* Rounds x through dtype in place and keeps it twice: in a new buffer of dtype and in double. */
+static void keep_rounded(float *x, size_t n, gdn_dtype dtype, void **out, double **out64)
 {
-    float *x = tu_alloc(n * sizeof(float));
-    tu_fill_normal(x, n, r, 0.0f, std);
     tu_round_array(x, n, dtype);
     *out = tu_alloc_elems(dtype, n);
     tu_store_f32(*out, dtype, x, n);
     *out64 = tu_alloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++)
         (*out64)[i] = x[i];
+}
+
+/* Draws n values, rounds them through dtype, stores them in dtype and in double. */
+static void draw_normal(tu_rng *r, size_t n, float std, gdn_dtype dtype, void **out, double **out64)
+{
+    float *x = tu_alloc(n * sizeof(float));
+    tu_fill_normal(x, n, r, 0.0f, std);
+    keep_rounded(x, n, dtype, out, out64);
     free(x);
 }
 
@@ -564,12 +570,7 @@ void tu_case_init(tu_case *c, const tu_case_config *cfg)
                     x[i + d] = (float)(x[i + d] / sqrt(ss));
             }
         }
-        tu_round_array(x, nqk, k->dtype);
-        c->k = tu_alloc_elems(k->dtype, nqk);
-        tu_store_f32(c->k, k->dtype, x, nqk);
-        c->k64 = tu_alloc(nqk * sizeof(double));
-        for (size_t i = 0; i < nqk; i++)
-            c->k64[i] = x[i];
+        keep_rounded(x, nqk, k->dtype, &c->k, &c->k64);
         free(x);
     }
     draw_normal(&rng, nv, 1.0f, k->dtype, &c->v, &c->v64);
@@ -609,12 +610,10 @@ void tu_case_init(tu_case *c, const tu_case_config *cfg)
         if (!k->raw_gates)
             for (size_t i = 0; i < nb; i++)
                 x[i] = (float)(1 / (1 + exp(-(double)x[i])));
-        tu_round_array(x, nb, k->beta_dtype);
-        c->beta = tu_alloc_elems(k->beta_dtype, nb);
-        tu_store_f32(c->beta, k->beta_dtype, x, nb);
-        c->beta64 = tu_alloc(nb * sizeof(double));
-        for (size_t i = 0; i < nb; i++)
-            c->beta64[i] = k->raw_gates ? tu_beta_value(x[i], k->allow_neg_eigval) : x[i];
+        keep_rounded(x, nb, k->beta_dtype, &c->beta, &c->beta64);
+        if (k->raw_gates) /* the oracle takes beta itself, from the rounded logits */
+            for (size_t i = 0; i < nb; i++)
+                c->beta64[i] = tu_beta_value(x[i], k->allow_neg_eigval);
         free(x);
     }
 
