@@ -350,31 +350,12 @@ static int test_strided_inputs(void)
         cfg.seed = g_seed + 3000 + (uint64_t)v;
         tu_case c;
         tu_case_init(&c, &cfg);
-        int64_t B = cfg.B, T = cfg.T, H = cfg.H, HV = cfg.HV, K = cfg.K, V = cfg.V;
-        int64_t es = (int64_t)gdn_dtype_size(cfg.dtype);
-        int64_t ds = v == 0 ? 1 : 2; /* element stride of q / k */
-        int64_t row = ds * 2 * H * K + HV * V;
-        unsigned char *fused = tu_alloc((size_t)(B * T * row * es));
-        tu_poison(fused, cfg.dtype, (size_t)(B * T * row));
-        for (int64_t bt = 0; bt < B * T; bt++) {
-            for (int64_t i = 0; i < H * K; i++) {
-                memcpy(fused + (size_t)((bt * row + i * ds) * es), (char *)c.q + (size_t)((bt * H * K + i) * es),
-                       (size_t)es);
-                memcpy(fused + (size_t)((bt * row + ds * H * K + i * ds) * es),
-                       (char *)c.k + (size_t)((bt * H * K + i) * es), (size_t)es);
-            }
-            memcpy(fused + (size_t)((bt * row + ds * 2 * H * K) * es), (char *)c.v + (size_t)(bt * HV * V * es),
-                   (size_t)(HV * V * es));
-        }
+        int64_t B = cfg.B, T = cfg.T, HV = cfg.HV, V = cfg.V;
         double *o_ref = tu_alloc((size_t)(B * T * HV * V) * sizeof(double));
         double *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
         tu_case_naive(&c, o_ref, ht_ref, NULL);
         gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-        int64_t qk_shape[4] = {B, T, H, K}, qk_stride[4] = {T * row, row, K * ds, ds};
-        int64_t v_shape[4] = {B, T, HV, V}, v_stride[4] = {T * row, row, V, 1};
-        a.q = tu_tensor_strided(fused, cfg.dtype, 4, qk_shape, qk_stride);
-        a.k = tu_tensor_strided(fused + (size_t)(ds * H * K * es), cfg.dtype, 4, qk_shape, qk_stride);
-        a.v = tu_tensor_strided(fused + (size_t)(ds * 2 * H * K * es), cfg.dtype, 4, v_shape, v_stride);
+        unsigned char *fused = tu_case_fused_qkv(&c, v == 0 ? 1 : 2, &a.q, &a.k, &a.v); /* q / k element stride */
         const char *what = v == 0 ? "fused qkv projection" : "q/k element stride 2";
         if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
             char w[120];

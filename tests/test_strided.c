@@ -20,26 +20,15 @@ static void run_strided(const tu_case_config *cfg, const char *label)
     const tu_case_config *k = &c.c;
     gdn_dtype dt = k->dtype, sd = k->state_dtype;
     size_t esz = gdn_dtype_size(dt), ssz = gdn_dtype_size(sd);
-    int64_t B = k->B, T = k->T, H = k->H, HV = k->HV, K = k->K, V = k->V;
+    int64_t B = k->B, T = k->T, HV = k->HV, K = k->K, V = k->V;
     size_t ntok = (size_t)(B * T), n_o = ntok * (size_t)(HV * V), n_s = (size_t)c.state_numel;
-    int64_t D = 2 * H * K + HV * V;
     int kda = k->kind == GDN_GATE_KDA;
     int64_t gK = kda ? K : 1;
 
     /* fused qkv: token p holds [q (H*K) | k (H*K) | v (HV*V)] */
-    unsigned char *qkv = tu_alloc(ntok * (size_t)D * esz);
-    for (size_t p = 0; p < ntok; p++) {
-        memcpy(qkv + (p * (size_t)D) * esz, (char *)c.q + p * (size_t)(H * K) * esz, (size_t)(H * K) * esz);
-        memcpy(qkv + (p * (size_t)D + (size_t)(H * K)) * esz, (char *)c.k + p * (size_t)(H * K) * esz,
-               (size_t)(H * K) * esz);
-        memcpy(qkv + (p * (size_t)D + (size_t)(2 * H * K)) * esz, (char *)c.v + p * (size_t)(HV * V) * esz,
-               (size_t)(HV * V) * esz);
-    }
-    int64_t qk_shape[4] = {B, T, H, K}, v_shape[4] = {B, T, HV, V};
-    int64_t qk_stride[4] = {T * D, D, K, 1}, v_stride[4] = {T * D, D, V, 1};
-    gdn_tensor q_t = tu_tensor_strided(qkv, dt, 4, qk_shape, qk_stride);
-    gdn_tensor k_t = tu_tensor_strided(qkv + (size_t)(H * K) * esz, dt, 4, qk_shape, qk_stride);
-    gdn_tensor v_t = tu_tensor_strided(qkv + (size_t)(2 * H * K) * esz, dt, 4, v_shape, v_stride);
+    gdn_tensor q_t, k_t, v_t;
+    unsigned char *qkv = tu_case_fused_qkv(&c, 1, &q_t, &k_t, &v_t);
+    int64_t v_shape[4] = {B, T, HV, V};
 
     /* o with a padded row per token */
     int64_t o_row = HV * V + 24;

@@ -756,6 +756,31 @@ gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a)
     return gdn_chunk_fwd(&c);
 }
 
+unsigned char *tu_case_fused_qkv(const tu_case *c, int64_t ds, gdn_tensor *q, gdn_tensor *k, gdn_tensor *v)
+{
+    const tu_case_config *g = &c->c;
+    int64_t B = g->B, T = g->T, H = g->H, HV = g->HV, K = g->K, V = g->V;
+    int64_t es = (int64_t)gdn_dtype_size(g->dtype), row = ds * 2 * H * K + HV * V;
+    unsigned char *fused = tu_alloc((size_t)(B * T * row * es));
+    tu_poison(fused, g->dtype, (size_t)(B * T * row));
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        for (int64_t i = 0; i < H * K; i++) {
+            memcpy(fused + (size_t)((bt * row + i * ds) * es), (char *)c->q + (size_t)((bt * H * K + i) * es),
+                   (size_t)es);
+            memcpy(fused + (size_t)((bt * row + ds * H * K + i * ds) * es),
+                   (char *)c->k + (size_t)((bt * H * K + i) * es), (size_t)es);
+        }
+        memcpy(fused + (size_t)((bt * row + ds * 2 * H * K) * es), (char *)c->v + (size_t)(bt * HV * V * es),
+               (size_t)(HV * V * es));
+    }
+    int64_t qk_shape[4] = {B, T, H, K}, qk_stride[4] = {T * row, row, K * ds, ds};
+    int64_t v_shape[4] = {B, T, HV, V}, v_stride[4] = {T * row, row, V, 1};
+    *q = tu_tensor_strided(fused, g->dtype, 4, qk_shape, qk_stride);
+    *k = tu_tensor_strided(fused + (size_t)(ds * H * K * es), g->dtype, 4, qk_shape, qk_stride);
+    *v = tu_tensor_strided(fused + (size_t)(ds * 2 * H * K * es), g->dtype, 4, v_shape, v_stride);
+    return fused;
+}
+
 gdn_status tu_case_reference(tu_case *c)
 {
     const gdn_dtype f64 = GDN_DTYPE_F64;

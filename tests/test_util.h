@@ -223,6 +223,10 @@ gdn_chunk_fwd_args tu_chunk_args(const gdn_recurrent_fwd_args *a);
  * tu_chunk_args(a), TU_RECURRENT runs gdn_recurrent_fwd on a. */
 enum { TU_CHUNK = 0, TU_RECURRENT = 1 };
 gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a);
+/* The case's q, k and v copied into one fused projection, per token [q | k | v] of ds*H*K, ds*H*K
+ * and HV*V elements, q and k with element stride ds (>= 1; the gaps poisoned). Sets the three
+ * slices' descriptors and returns the buffer (the caller frees it). */
+unsigned char *tu_case_fused_qkv(const tu_case *c, int64_t ds, gdn_tensor *q, gdn_tensor *k, gdn_tensor *v);
 /* Runs the float64 oracle (gdn_recurrent_fwd on f64 CPU tensors) into o_ref / ht_ref. */
 gdn_status tu_case_reference(tu_case *c);
 /* The recurrence of GDN_MATH.md written out naively in double, independent of the library:
