@@ -174,6 +174,14 @@ static tu_case_config base(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t
 
 static const opts DEF = {0, 0, 1e-2};
 
+/* Result of a test made of several cases: any failure fails it, else any skip (no GPU) skips it. */
+static int combine(int rc, int r)
+{
+    if (rc == TU_FAIL || r == TU_FAIL)
+        return TU_FAIL;
+    return r == TU_SKIP ? TU_SKIP : rc;
+}
+
 /* Option matrix */
 
 static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2}); }
@@ -186,8 +194,7 @@ static int test_gva(void)
         tu_case_config c = base(200, 2, 2 * g[i], 128, 10 + (uint64_t)i);
         char name[32];
         snprintf(name, sizeof name, "gva%d", g[i]);
-        if (run_case(name, c, DEF) == TU_FAIL)
-            rc = TU_FAIL;
+        rc = combine(rc, run_case(name, c, DEF));
     }
     return rc;
 }
@@ -198,8 +205,7 @@ static int test_head_dim_64(void)
     int rc = run_case("K=V=64", c, DEF);
     c.B = 2;
     c.seed = 21;
-    if (run_case("K=V=64 B=2", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("K=V=64 B=2", c, DEF));
     return rc;
 }
 
@@ -217,8 +223,7 @@ static int test_raw_gates(void)
     int rc = run_case("raw gates", c, DEF);
     c.allow_neg_eigval = 1;
     c.seed = 41;
-    if (run_case("raw gates neg eigval", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("raw gates neg eigval", c, DEF));
     return rc;
 }
 
@@ -234,23 +239,18 @@ static int test_states(void)
     int rc = TU_PASS;
     tu_case_config c = base(190, 2, 4, 128, 60);
     c.initial_state = 0;
-    if (run_case("no initial state", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("no initial state", c, DEF));
     c = base(190, 2, 4, 128, 61);
-    if (run_case("no final state", c, (opts){1, 0, 1e-2}) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2}));
     c.layout = GDN_STATE_VK;
     c.seed = 62;
-    if (run_case("VK layout", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("VK layout", c, DEF));
     c.state_dtype = GDN_DTYPE_BF16;
     c.seed = 63;
-    if (run_case("VK bf16 state", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("VK bf16 state", c, DEF));
     c.layout = GDN_STATE_KV;
     c.seed = 64;
-    if (run_case("KV bf16 state", c, DEF) == TU_FAIL)
-        rc = TU_FAIL;
+    rc = combine(rc, run_case("KV bf16 state", c, DEF));
     return rc;
 }
 
@@ -293,8 +293,7 @@ static int test_odd_lengths(void)
         c.B = 2;
         char name[32];
         snprintf(name, sizeof name, "B=2 T=%lld", (long long)T[i]);
-        if (run_case(name, c, DEF) == TU_FAIL)
-            rc = TU_FAIL;
+        rc = combine(rc, run_case(name, c, DEF));
     }
     return rc;
 }

@@ -438,7 +438,6 @@ int tu_main(const tu_test *tests, int count, int argc, char **argv)
         double dt = now_seconds() - t0;
         if (rc == TU_SKIP && g_failures == 0) {
             skipped++;
-            passed++;
             printf("SKIP %-44s %s\n", tests[i].name, g_skip_reason[0] ? g_skip_reason : "");
             continue;
         }
@@ -454,8 +453,9 @@ int tu_main(const tu_test *tests, int count, int argc, char **argv)
             printf("%s %-44s %6.2fs\n", ok ? "PASS" : "FAIL", tests[i].name, dt);
     }
     if (skipped)
-        printf("(%d skipped, counted as passed)\n", skipped);
-    printf("%d passed, %d failed\n", passed, failed);
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else
+        printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
 
