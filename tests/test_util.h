@@ -8,7 +8,7 @@
  *   - poison fills (NaN bit patterns) and byte-exact "was this buffer touched" checks
  *   - relative RMS error ||out - ref|| / ||ref|| with NaN/Inf detection and the worst element
  *   - a tiny runner: each test returns TU_PASS / TU_FAIL / TU_SKIP and gets one output line with
- *     its name and worst relative error; the last line is exactly "N passed, N failed"
+ *     its name and worst relative error; the last line is "N passed, N failed[, N skipped]"
  *   - a random GDN / KDA problem (tu_case) with its float64 oracle and args builders, and a state-pool
  *     call of gdn_recurrent_fwd checked slot by slot (tu_pool_run: the CPU and CUDA pool tests)
  *
@@ -138,7 +138,7 @@ typedef struct tu_test {
 
 /* Runs the tests whose name contains any argv[1..] substring (all without arguments). A test
  * fails if it returns TU_FAIL or if any tu_check / tu_expect inside it failed. Prints one line per
- * test, then "N passed, N failed" (skips count as passed and are listed before that line).
+ * test, then "N passed, N failed", with ", N skipped" when tests skipped (no GPU, say).
  * Returns the process exit code: 0 when nothing failed. */
 int tu_main(const tu_test *tests, int count, int argc, char **argv);
 #define TU_COUNT(arr) ((int)(sizeof(arr) / sizeof((arr)[0])))
