@@ -16,6 +16,7 @@
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
+ * --T LIST and --B LIST (comma-separated) time only those token counts and batches.
  * Build: see scripts/device_decode.sh (nvcc, links the library's objects).
  */
 #include <cuda_runtime.h>
@@ -438,15 +439,35 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* A comma-separated list of positive integers, e.g. "1,2,4,8". */
+static std::vector<int64_t> parse_list(const char *s)
+{
+    std::vector<int64_t> out;
+    for (char *end; *s; s = *end ? end + 1 : end) {
+        long long x = strtoll(s, &end, 10);
+        if (end == s || x < 1 || (*end && *end != ',')) {
+            fprintf(stderr, "bad list '%s' (want e.g. 1,2,4,8)\n", s);
+            exit(2);
+        }
+        out.push_back((int64_t)x);
+    }
+    return out;
+}
+
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
     bool variants = false;
+    std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv_path = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
             variants = true;
+        else if (!strcmp(argv[i], "--T") && i + 1 < argc)
+            Ts = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "--B") && i + 1 < argc)
+            Bs = parse_list(argv[++i]);
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -473,8 +494,8 @@ int main(int argc, char **argv)
         fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f\nstate\tT\tB\thot_us\tcold_us\tbytes\n", copy, copy_graph);
     printf("\n%-5s %2s %4s %10s %10s %9s %7s\n", "state", "T", "B", "hot us", "cold us", "cold GB/s", "% copy");
     for (gdn_dtype sd : {GDN_DTYPE_F32, GDN_DTYPE_BF16}) {
-        for (int64_t T : {1, 2, 4, 8}) {
-            for (int64_t B : {1, 8, 32, 64, 128, 256, 512}) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
                 double hot, cold;
                 time_api(stream, B, T, sd, l2, &hot, &cold);
                 double bytes = call_bytes(B, T, sd);

@@ -9,6 +9,9 @@ merged table: libgdn and FLA times, the ratio FLA / libgdn (> 1: libgdn is faste
 the copy ceiling, and the issue's targets with their measured figures.
 
     PYTHONPATH=.peers/fla python3 bench/fla_decode.py --ours decode_ours.tsv [--tsv fla.tsv]
+
+--T LIST and --B LIST (comma-separated) time only those shapes (the merged table and targets need
+the full default lists).
 """
 import argparse
 import math
@@ -80,7 +83,7 @@ def launches_for(est_us):
     return max(8, min(400, int(3000.0 / max(est_us, 1.0))))
 
 
-def run_fla(l2):
+def run_fla(l2, TS=TS, BS=BS):
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fn
     rows = {}
     with torch.inference_mode():
@@ -115,10 +118,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", help="bench_decode --tsv output to merge")
     ap.add_argument("--tsv", help="write FLA's numbers here")
+    ap.add_argument("--T", help="token counts to time, e.g. 1,2,4,8 (default: all)")
+    ap.add_argument("--B", help="batches to time, e.g. 64,256 (default: all)")
     args = ap.parse_args()
+    ts = [int(x) for x in args.T.split(",")] if args.T else TS
+    bs = [int(x) for x in args.B.split(",")] if args.B else BS
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     try:
-        fla = run_fla(l2)
+        fla = run_fla(l2, ts, bs)
     except Exception as e:  # FLA missing or broken: still print libgdn's table
         print(f"FLA failed: {e!r}", file=sys.stderr)
         fla = {}

@@ -4,7 +4,7 @@ replay), at the six prefill shapes of issue 4; then accuracy of both against a f
 at T >= 8192.
 
     PYTHONPATH=.peers/fla:python GDN_LIBRARY=build/libgdn.so python3 bench/fla_prefill.py \
-        [--ours bench_prefill.txt] [--out table.txt]
+        [--ours bench_prefill.txt] [--out table.txt] [--skip-accuracy] [--only SHAPE_SUBSTR]
 
 --ours reads bench/bench_prefill.cu's output (the C timings of gdn_chunk_fwd) to print beside.
 bf16, K = V = 128, L2 norm in-kernel, g = logsigmoid(randn), beta = sigmoid(randn), no initial
@@ -89,9 +89,11 @@ def time_ms(fn, iters=20, warm=3):
     return eager, graph_ms
 
 
-def bench(ours_c, out):
+def bench(ours_c, out, only=None):
     rows = []
     for name, B, T, H, HV, nseq, fixed in SHAPES:
+        if only and only not in name:
+            continue
         cu = cu_cpu = None
         if nseq:
             lens = [fixed] * nseq if fixed else random_lengths(nseq)
@@ -195,6 +197,7 @@ def main():
     ap.add_argument("--ours", help="bench_prefill.cu output file")
     ap.add_argument("--out", help="write the tables here too")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--only", metavar="SUBSTR", help="time only the shapes whose name contains this")
     ap.add_argument("--warm", metavar="SHAPE", help="run FLA once at this shape (fills the autotune cache), nothing else")
     args = ap.parse_args()
     if args.warm:
@@ -220,7 +223,7 @@ def main():
             out.flush()
     if out:
         out.write("rows as measured (full table below when every shape finished):\n")
-    table = fmt_table(bench(ours_c, out))
+    table = fmt_table(bench(ours_c, out, args.only))
     print(table, flush=True)
     if out:
         out.write("\n" + table + "\n")

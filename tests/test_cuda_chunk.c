@@ -2,7 +2,8 @@
  * test_cuda_chunk.c - gdn_chunk_fwd on CUDA tensors against the float64 recurrence
  * (tu_case_naive), through the public API: option matrix (GVA, head dims, L2 norm, gates, beta
  * logits, states, layouts, dtypes), odd lengths, varlen with empty and length-1 sequences,
- * determinism and poisoned outputs. Skips cleanly without a GPU.
+ * determinism and poisoned outputs, head counts that select each tile shape. Skips cleanly
+ * without a GPU.
  *
  *   build/tests/test_cuda_chunk            all tests
  *   build/tests/test_cuda_chunk varlen     tests whose name contains "varlen"
@@ -327,6 +328,38 @@ static int test_varlen_empty_ends(void)
     return run_case("varlen empty ends", c, DEF);
 }
 
+/* Head counts that pick each tile shape of the CUDA kernel (with 132 SMs): few (sequence, head)
+ * pairs take one slab of 16 value columns per CTA (the other tests), a middle range two slabs with
+ * the key dimension split between two chain warps, many pairs the wide tiles of 64 columns. */
+static int test_mid_heads(void)
+{
+    tu_case_config c = base(130, 4, 12, 128, 410);
+    c.B = 2;
+    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2});
+    c = base(100, 8, 40, 64, 411);
+    if (run_case("K=V=64 H=8 HV=40", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    return rc;
+}
+
+static int test_many_heads(void)
+{
+    int rc = TU_PASS;
+    tu_case_config c = base(150, 16, 48, 128, 400);
+    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2}) == TU_FAIL)
+        rc = TU_FAIL;
+    c = base(130, 8, 72, 64, 401);
+    if (run_case("K=V=64 H=8 HV=72", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    c = base(0, 8, 24, 128, 402);
+    static const int32_t lens[4] = {70, 0, 129, 1};
+    c.nseq = 4;
+    memcpy(c.seqlens, lens, sizeof lens);
+    if (run_case("varlen H=8 HV=24", c, DEF) == TU_FAIL)
+        rc = TU_FAIL;
+    return rc;
+}
+
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
@@ -349,6 +382,8 @@ int main(int argc, char **argv)
         {"varlen", test_varlen},
         {"varlen_long_short", test_varlen_long_short},
         {"varlen_empty_ends", test_varlen_empty_ends},
+        {"mid_heads", test_mid_heads},
+        {"many_heads", test_many_heads},
         {"long", test_long},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);

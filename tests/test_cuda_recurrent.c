@@ -152,8 +152,31 @@ typedef struct opts {
     gdn_dtype dtype, state_dtype, beta_dtype;
     gdn_state_layout layout;
     int initial_state, l2norm, raw_gates, allow_neg_eigval, steps;
+    int extreme_gates; /* overwrite g (raw_gates = 0) with the patterns of set_extreme_gates */
     float scale;
 } opts;
+
+/* Log decays that push the kernels' running decay scale out of its range: per value head,
+ * hv % 4 == 0 cycles through g = -inf (exp(g) = 0), -60, -15, -3, -0.5, -1e-4 and 0;
+ * 1 and 2 hold g = -3 and -1.5 for every token (the product of the decays leaves [2^-20, 1]
+ * after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. */
+static void set_extreme_gates(tu_case *c)
+{
+    static const double cyc[] = {-INFINITY, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0};
+    const tu_case_config *k = &c->c;
+    for (int64_t i = 0; i < k->B * k->T * k->HV; i++) {
+        const int64_t hv = i % k->HV, tok = i / k->HV;
+        double g = c->g64[i];
+        if (hv % 4 == 0)
+            g = cyc[(tok + hv / 4) % 7];
+        else if (hv % 4 == 1)
+            g = -3.0;
+        else if (hv % 4 == 2)
+            g = -1.5;
+        c->g64[i] = g;
+        c->g[i] = (float)g;
+    }
+}
 
 static void run_case(const opts *o, uint64_t seed)
 {
@@ -180,6 +203,8 @@ static void run_case(const opts *o, uint64_t seed)
     cfg.seed = seed;
     tu_case c;
     tu_case_init(&c, &cfg);
+    if (o->extreme_gates)
+        set_extreme_gates(&c);
 
     const tu_case_config *k = &c.c;
     size_t n_o = (size_t)(k->B * k->T * k->HV * k->V), n_ht = (size_t)c.state_numel;
@@ -202,6 +227,8 @@ static void run_case(const opts *o, uint64_t seed)
              (long long)k->V, dtn(k->dtype), dtn(k->state_dtype), k->layout == GDN_STATE_VK ? "VK" : "KV",
              o->l2norm ? " l2" : "", o->raw_gates ? " raw-gates" : "", o->initial_state ? " h0" : "",
              o->steps ? " steps" : "");
+    if (o->extreme_gates)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " extreme-gates");
     if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
         char w[240];
         snprintf(w, sizeof w, "%s: o", what);
@@ -302,6 +329,28 @@ static int test_options(void)
         o.scale = v % 7 == 0 ? 0.3f : 0.0f;
         o.layout = v & 8 ? GDN_STATE_KV : GDN_STATE_VK;
         o.state_dtype = v % 6 == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* Decays of exp(g) = 0, very strong, and long runs of strong ones (the running decay scale of
+ * the kernels folds back into the state), over several chunks of tokens, both paths, both state
+ * dtypes, with per-step states. */
+static int test_extreme_gates(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 1500;
+    for (int v = 0; v < 8; v++) {
+        opts o = base_opts();
+        o.raw_gates = 0;
+        o.extreme_gates = 1;
+        o.T = v % 2 ? 37 : 9;
+        o.layout = v & 2 ? GDN_STATE_KV : GDN_STATE_VK;
+        o.state_dtype = v & 4 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.dtype = v & 4 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.steps = 1;
         run_case(&o, seed++);
     }
     return TU_PASS;
@@ -618,6 +667,7 @@ int main(int argc, char **argv)
     static const tu_test tests[] = {
         {"matrix", test_matrix},
         {"options", test_options},
+        {"extreme_gates", test_extreme_gates},
         {"varlen_and_batch", test_varlen_and_batch},
         {"strided_inputs", test_strided_inputs},
         {"pool_decode", test_pool_decode},

@@ -9,7 +9,7 @@
 #
 #   run(command="bash dev/decode/check-multi-token.sh 2>&1 | tail -n 60", carry=[".peers/fla"], timeout_s=600)
 #
-# Without .peers/fla the FLA columns are empty.
+# Without .peers/fla, or with NO_FLA=1, the FLA columns are empty.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/decode_check}
@@ -102,7 +102,7 @@ for v in main fix; do
     grep -E "^check" "$OUT/bench_$v.log"
 done
 
-if [ -d .peers/fla ]; then
+if [ -z "${NO_FLA:-}" ] && [ -d .peers/fla ]; then
     left=$(( 580 - $(el) ))
     if [ $left -gt 30 ]; then
         PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla timeout $left python3 /tmp/gdn_fix/bench/fla_decode.py --T $TS --B $BS \

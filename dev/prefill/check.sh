@@ -66,7 +66,7 @@ for v in main fix; do
     log "bench $v rc=$?"
 done
 
-if [ -d .peers/fla ] && [ -f "$OUT/bench_fix.txt" ]; then
+if [ -z "${NO_FLA:-}" ] && [ -d .peers/fla ] && [ -f "$OUT/bench_fix.txt" ]; then
     export PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla:python GDN_LIBRARY=$F/libgdn.so
     export TRITON_CACHE_DIR=/tmp/triton_cache
     mkdir -p $TRITON_CACHE_DIR

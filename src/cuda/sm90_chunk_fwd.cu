@@ -9,17 +9,23 @@
  *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 by
  *               blocked forward substitution in f32, and the masked, decayed Q K^T. Writes per
  *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
- *               already in the consumer's swizzled shared-memory layout) and f32 row factors.
- *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns) with 2 NW warps.
- *               Chain warp w owns 16 value columns (a slab) and keeps S^T (16 x K, f32) in mma
- *               accumulator registers across chunks; its partner output warp gets S^T and Vn^T
- *               as bf16 fragments through shared memory and computes O. Slabs never exchange
- *               data: they share the Q, K, V, Tb, Pm tiles, which the output warps copy with
- *               cp.async into a three-stage ring. Per chunk and slab (M = value rows):
+ *               lower triangular: only the 16 x 16 blocks on and below the diagonal are kept)
+ *               and f32 row factors.
+ *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns) with (KS + 1) NW
+ *               + 1 warps. KS chain warps own 16 value columns (a slab), each K / KS of the key
+ *               dimension of S^T (16 x K, f32), kept in mma accumulator registers across chunks;
+ *               with KS = 2 they add their partial Y^T through shared memory. The slab's output
+ *               warp gets S^T and Vn^T as bf16 fragments through shared memory and computes O.
+ *               Slabs never exchange data: they share the Q, K, V, Tb, Pm tiles, which one copy
+ *               warp brings in with cp.async, into a three-stage ring. Per chunk and slab
+ *               (M = value rows):
  *                 Y^T  = S^T K^T          X^T = V^T - ck * Y^T   (f32, one rounding)
  *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
  *                 S^T  = gC * S^T + (Vn^T * cu) K
  *               Accumulators feed the next product as A fragments directly (see sm90_chunk_mma.cuh).
+ *
+ * Grids are one-dimensional with the CTAs that read the same tiles adjacent (value heads of a key
+ * head in chunk_prep; V tiles, then value heads in chunk_main), so those tiles come from L2.
  *
  * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
  * starts at slot floor(cu[n] / 64) + n, which leaves room for its ceil(len / 64) chunks; the
@@ -32,10 +38,23 @@
 namespace gdn_chunk {
 
 constexpr int C = 64;                                    /* chunk length */
-constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f16 tile */
+constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f16 tile in shared memory */
+constexpr int TRI_BYTES = 16 * (2 + 4 + 6 + 8) * 16;     /* its 16 x 16 blocks on and below the diagonal */
 constexpr int COEF_FLOATS = 3 * C + 4;                   /* ck, cq, cu [64] each, gC, padding */
-constexpr int WS_CHUNK = 2 * TILE_BYTES + COEF_FLOATS * 4; /* Tb, Pm, coefficients: 17168 B */
-static_assert(WS_CHUNK % 16 == 0, "workspace chunk must be a whole number of 16-byte copies");
+constexpr int WS_CHUNK = 2 * TRI_BYTES + COEF_FLOATS * 4;  /* workspace: Tb, Pm, coefficients: 11024 B */
+constexpr int WS_SMEM = 2 * TILE_BYTES + COEF_FLOATS * 4;  /* its shared-memory image, full tiles: 17168 B */
+static_assert(WS_CHUNK % 16 == 0 && (COEF_FLOATS * 4) % 16 == 0, "workspace: whole 16-byte copies");
+constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 689 */
+constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory offset of each copy */
+
+/* Tb and Pm are lower triangular, and chunk_main reads only their 16 x 16 blocks on and below the
+ * diagonal, so the workspace keeps only those: row i holds its first 2 (i / 16 + 1) 16-byte chunks
+ * (logical, unswizzled order), rows packed one after another. Index of chunk ch of row i. */
+__device__ __forceinline__ int tri_chunk(int i, int ch)
+{
+    const int b = i >> 4;
+    return 16 * b * (b + 1) + (i & 15) * 2 * (b + 1) + ch;
+}
 
 struct params {
     int64_t T, N, HV, G, V;
@@ -143,7 +162,9 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
     float *graw = rq + C;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t slot = blockIdx.x, hv = blockIdx.y;
+    /* Value heads fastest: the G heads that share a key head read the same Q / K rows together,
+     * so all but the first find them in L2. */
+    const int64_t slot = blockIdx.x / (unsigned)p.HV, hv = blockIdx.x % (unsigned)p.HV;
 
     int64_t n, c;
     if (!p.cu) {
@@ -272,7 +293,9 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
     }
 
     unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
-    T *pm_out = reinterpret_cast<T *>(wsc + TILE_BYTES);
+    /* Pm: this thread's row 16 warp + g (row + 8 follows 8 rows of 2 (warp + 1) chunks later). */
+    uint32_t *pm_out = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(wsc + TRI_BYTES) + tri_chunk(16 * warp + g, 0) * 8 + 2 * t);
+    const int pm_row8 = 8 * (warp + 1) * 8; /* in uint32_t: 8 rows x 2 (warp + 1) chunks x 4 */
     {
         /* Row and column factors into registers first: the stores into As below may alias them
          * as far as the compiler knows. Gam is scaled to log2 so each decay is one ex2. */
@@ -303,7 +326,8 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
                     pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
                 }
                 *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
-                *reinterpret_cast<uint32_t *>(pm_out + swz<8>(i, 8 * nt + 2 * t)) = op<T>::pack(pv[0], pv[1]);
+                if (nt < 2 * (warp + 1)) /* row i lies in block row warp */
+                    pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
             }
         }
     }
@@ -354,10 +378,12 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
         __syncthreads();
     }
 
-    /* Tb = T diag(beta), lower triangle only, 16-byte rows of the swizzled tile. */
+    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). */
     T *tb_out = reinterpret_cast<T *>(wsc);
     for (int idx = tid; idx < C * 8; idx += 128) {
         const int i = idx >> 3, ch = idx & 7;
+        if ((ch >> 1) > (i >> 4))
+            continue;
         uint32_t w[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -366,9 +392,9 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
             const float x1 = j + 1 <= i ? Ts[i * LD + j + 1] * bet[j + 1] : 0.f;
             w[e] = op<T>::pack(x0, x1);
         }
-        *reinterpret_cast<uint4 *>(tb_out + swz<8>(i, ch * 8)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    float *coef = reinterpret_cast<float *>(wsc + 2 * TILE_BYTES);
+    float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
     if (tid < C) {
         const float gi = gam[tid], gc = gam[C - 1];
         coef[tid] = rk[tid] * expf(gi);                     /* ck: rows of K in Y = K S */
@@ -382,14 +408,16 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
 /* ------------------------------------------------------------------------------------------ */
 /* chunk_main                                                                                  */
 
-template <int K, int NW> struct main_smem {
+template <int K, int NW, int KS> struct main_smem {
     static constexpr int QK = C * K * 2;
     static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per slab */
-    static constexpr int STAGE = 2 * QK + VT + WS_CHUNK;     /* Q, K, V, then Tb, Pm, coef */
+    static constexpr int STAGE = 2 * QK + VT + WS_SMEM;      /* Q, K, V, then Tb, Pm, coef */
     static constexpr int SA = K / 16 * 32 * 16;              /* S^T A fragments of one slab */
     static constexpr int VA = 4 * 32 * 16;                   /* Vn^T A fragments of one slab */
+    static constexpr int YX = KS > 1 ? KS * 8 * 32 * 16 : 0; /* partial Y^T of each chain warp of a slab */
     static constexpr int STAGES = 3;
-    static constexpr int BYTES = STAGES * STAGE + VT + NW * (SA + VA); /* + O staging, hand-off */
+    static constexpr int MAP = STAGES * STAGE + VT + NW * (SA + VA + YX); /* after O staging, hand-off */
+    static constexpr int BYTES = MAP + WS_MAP_BYTES;
 };
 
 __device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
@@ -398,41 +426,65 @@ __device__ __forceinline__ float load_state(const params &p, const void *base, i
                                            : static_cast<const float *>(base)[i];
 }
 
-/* Named barriers between the two warps of one slab (ids 1 .. 2 NW; 0 is __syncthreads). */
-__device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 64;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
-
-/* Warps 0 .. NW-1 run the state chain of slab w (value columns v0 + 16w .. + 15): S^T in
- * registers, Y, X, Vn, the update. Warps NW .. 2NW-1 compute the output of the same slab from
- * the S^T and Vn^T fragments the chain warp hands over through shared memory, and copy the
- * tiles of chunk c + 2 into a three-stage ring, so the chain never waits on Q S, on the O
- * stores or on issuing copies. One __syncthreads per chunk publishes a stage. */
-template <int K, int NW, typename T>
-__global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
+/* Named barriers among the warps of one slab (ids 1 .. 3 NW; 0 is __syncthreads); the copy warp
+ * joins each slab's S^T hand-off barrier too (see chunk_main_kernel). */
+__device__ __forceinline__ void bar_arrive(int id, int threads)
 {
-    constexpr int KC = K / 8, BV = 16 * NW;
-    using L = main_smem<K, NW>;
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* Warps 0 .. KS NW - 1 run the state chain of slab w / KS (value columns v0 + 16 slab .. + 15),
+ * KS warps per slab, each owning K / KS of the key dimension d: S^T (16 x K / KS) in registers,
+ * its share of Y^T = S^T K^T (the KS partial sums meet in shared memory, added in the same order
+ * by every warp so that all hold the same Y), then X, Vn (the same in every warp of the slab) and
+ * the update of its S^T columns. Splitting d shortens the serial chain per chunk when there are
+ * few CTAs; with many, one warp per slab (KS = 1) does the least work. Warps KS NW .. (KS + 1)
+ * NW - 1 compute the output of each slab from the S^T and Vn^T fragments the chain warps hand
+ * over through shared memory, so the chain never waits on Q S or on the O stores. The last warp
+ * issues the copies of chunk c + 2 into a three-stage ring as soon as chunk c opens: issuing
+ * them from the output warps put a few hundred instructions per chunk on their path, which
+ * measurements showed to be the critical one. One __syncthreads per chunk publishes a stage. The
+ * copy warp refills the stage of chunk c - 1 only after it has also passed each slab's S^T
+ * hand-off barrier of chunk c, which the slab's chain warps reach after their last read of that
+ * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
+ * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
+ * first K rows (issued right after the barrier) against the chain warps' K reads before it. */
+template <int K, int NW, int KS, typename T>
+__global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel(const params p)
+{
+    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + 1) * 32;
+    constexpr int SA_THREADS = SLAB_THREADS + 32; /* the S^T hand-off: a slab and the copy warp */
+    constexpr int THREADS = ((KS + 1) * NW + 1) * 32;
+    static_assert((KS == 1 || KS == 2) && KH % 16 == 0, "key split");
+    using L = main_smem<K, NW, KS>;
     extern __shared__ __align__(128) unsigned char smem[];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool out_warp = warp >= NW;
-    const int slab = out_warp ? warp - NW : warp;
+    const bool chain_warp = warp < KS * NW, copy_warp = warp == (KS + 1) * NW;
+    const int slab = chain_warp ? warp / KS : (copy_warp ? 0 : warp - KS * NW), half = chain_warp ? warp % KS : 0;
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
-    const int64_t n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
+    /* V tiles fastest, then value heads: the CTAs that share Q / K / workspace tiles (the V tiles
+     * of a head; the heads of a key head) run side by side, and all but one read them from L2. */
+    const unsigned ntiles = (unsigned)(p.V / BV), pair = blockIdx.x / ntiles;
+    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
     const int64_t h = hv / p.G;
-    const int64_t v0 = (int64_t)blockIdx.y * BV;
+    const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
     const seq_info sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
 
-    /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = 8 nt + 2t + {0, 1}. */
-    float s[K / 8][4];
+    /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = KH half + 8 nt + 2t + {0, 1}. */
+    float s[KH / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < K / 8; ++nt)
+    for (int nt = 0; nt < KH / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
-            s[nt][e] = p.h0 && !out_warp
+            const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
+            s[nt][e] = p.h0 && chain_warp
                            ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
                            : 0.f;
         }
@@ -440,13 +492,13 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
     const unsigned char *wsh = p.ws + ((size_t)hv * p.slots + (size_t)sq.slot0) * WS_CHUNK;
 
-    /* Per-thread copy pattern, fixed across chunks: output-warp thread lt copies 16-byte chunk
-     * qk_ch of rows qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V
-     * tile, and workspace chunks lt + NL * it. Pointers advance by whole rows. */
-    constexpr int NL = NW * 32; /* the output warps copy */
+    /* Copy pattern of the copy warp, fixed across chunks: lane lt copies 16-byte chunk qk_ch of
+     * rows qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V tile, and
+     * copies lt + NL * it of the workspace chunk. Pointers advance by whole rows. */
+    constexpr int NL = 32;
     static_assert(NL % KC == 0 && NL % (BV / 8) == 0, "copy pattern");
     constexpr int QK_RP = NL / KC, V_RP = NL / (BV / 8);
-    const int lt = out_warp ? tid - NL : 0;
+    const int lt = copy_warp ? lane : 0;
     const int qk_ch = lt % KC, qk_r0 = lt / KC, v_ch = lt % (BV / 8), v_r0 = lt / (BV / 8);
     const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
     const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
@@ -454,6 +506,7 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
     const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
     const int v_soff = (v_ch >> 1) * C * 16;
 
+    uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
     auto load_chunk = [&](int64_t c, int stage) {
         unsigned char *base = smem + stage * L::STAGE;
         T *Qs = reinterpret_cast<T *>(base), *Ks = Qs + C * K, *Vs = Ks + C * K;
@@ -476,17 +529,34 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
             cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
             vp += v_step;
         }
+        /* The workspace chunk is contiguous: copy u goes to ws_map[u]. No branches: a divergent
+         * branch per copy (16 per chunk and thread) cost about 1 us per chunk on an H200. */
         const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * lt;
-        unsigned char *dst = base + 2 * L::QK + L::VT + 16 * lt;
+        unsigned char *dst = base + 2 * L::QK + L::VT;
 #pragma unroll 4
-        for (int i = lt; i < WS_CHUNK / 16; i += NL) {
-            cp_async16(dst, wsc, 16);
-            dst += 16 * NL;
+        for (int u = lt; u < WS_COPIES; u += NL) {
+            cp_async16(dst + ws_map[u], wsc, 16);
             wsc += 16 * NL;
         }
     };
 
-    if (out_warp) {
+    /* Shared-memory offset (within the Tb, Pm, coef image) of each 16-byte copy of the workspace
+     * chunk, computed once: Tb and Pm rows of 2 (b + 1) chunks in block row b (tri_chunk), then
+     * the coefficients. */
+    for (int u = tid; u < WS_COPIES; u += THREADS) {
+        int off;
+        if (u < 2 * TRI_BYTES / 16) {
+            const int tile = u >= TRI_BYTES / 16, ti = u - tile * (TRI_BYTES / 16);
+            const int b = ti < 32 ? 0 : (ti < 96 ? 1 : (ti < 192 ? 2 : 3)), w = ti - 16 * b * (b + 1);
+            off = tile * TILE_BYTES + 2 * swz<8>(16 * b + w / (2 * (b + 1)), w % (2 * (b + 1)) * 8);
+        } else {
+            off = 2 * TILE_BYTES + 16 * (u - 2 * TRI_BYTES / 16);
+        }
+        ws_map[u] = (uint16_t)off;
+    }
+    __syncthreads();
+
+    if (copy_warp) {
         if (nchunks > 0)
             load_chunk(0, 0);
         cp_async_commit();
@@ -496,14 +566,15 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
     }
 
     T *Ow = reinterpret_cast<T *>(smem + L::STAGES * L::STAGE) + slab * C * 16;
-    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::VT + slab * (L::SA + L::VA));
+    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::VT + slab * (L::SA + L::VA + L::YX));
     uint4 *VAs = SAs + K / 16 * 32;
-    const int bar_sa = 1 + slab, bar_va = 1 + NW + slab;
+    float4 *Yx = reinterpret_cast<float4 *>(VAs + 4 * 32); /* [KS][8][32 lanes] */
+    const int bar_sa = 1 + slab, bar_va = 1 + NW + slab, bar_y = 1 + 2 * NW + slab;
     T *o = static_cast<T *>(p.o);
 
 #pragma unroll 1
     for (int64_t c = 0; c < nchunks; ++c) {
-        if (out_warp)
+        if (copy_warp)
             cp_async_wait<1>();
         __syncthreads();
 
@@ -513,20 +584,30 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
         const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
         const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
 
-        if (!out_warp) {
-            /* S^T as A fragments (k = d), handed to the output warp. */
-            uint32_t sa[K / 16][4];
+        if (copy_warp) {
+            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished before the
+             * __syncthreads that opened chunk c and before its arrival at the S^T hand-off
+             * barrier of its slab for chunk c (every chunk, so the counts stay matched). */
 #pragma unroll
-            for (int j = 0; j < K / 16; ++j) {
+            for (int sl = 0; sl < NW; ++sl)
+                bar_sync(1 + sl, SA_THREADS);
+            if (c + 2 < nchunks)
+                load_chunk(c + 2, (int)((c + 2) % L::STAGES));
+            cp_async_commit();
+        } else if (chain_warp) {
+            /* S^T as A fragments (k = d), handed to the output warp. */
+            uint32_t sa[KH / 16][4];
+#pragma unroll
+            for (int j = 0; j < KH / 16; ++j) {
                 sa[j][0] = op<T>::pack(s[2 * j][0], s[2 * j][1]);
                 sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
                 sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
                 sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
-                SAs[j * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
+                SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
             }
-            bar_arrive(bar_sa);
+            bar_arrive(bar_sa, SA_THREADS);
 
-            /* Y^T = S^T K^T: M = 16 value rows, N = 64 tokens, k = K. */
+            /* Y^T = S^T K^T: M = 16 value rows, N = 64 tokens, k = this warp's KH of d. */
             float y[8][4];
 #pragma unroll
             for (int i = 0; i < 8; ++i)
@@ -534,14 +615,31 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                 for (int e = 0; e < 4; ++e)
                     y[i][e] = 0.f;
 #pragma unroll
-            for (int kc = 0; kc < K / 16; ++kc)
+            for (int kc = 0; kc < KH / 16; ++kc)
 #pragma unroll
                 for (int nn = 0; nn < 4; ++nn) {
                     uint32_t bk[4];
-                    ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+                    ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, KH * half + 16 * kc + (m & 1) * 8)));
                     op<T>::mma(y[2 * nn], sa[kc], bk[0], bk[1]);
                     op<T>::mma(y[2 * nn + 1], sa[kc], bk[2], bk[3]);
                 }
+            if constexpr (KS == 2) {
+                /* Partial sums through shared memory; y0 + y1 in both warps (same rounding). The
+                 * partner reads this chunk's Yx before the next __syncthreads, which every write
+                 * of the next chunk follows. */
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+                    Yx[(8 * half + i) * 32 + lane] = make_float4(y[i][0], y[i][1], y[i][2], y[i][3]);
+                bar_sync(bar_y, 64);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float4 o4 = Yx[(8 * (1 - half) + i) * 32 + lane];
+                    y[i][0] += o4.x;
+                    y[i][1] += o4.y;
+                    y[i][2] += o4.z;
+                    y[i][3] += o4.w;
+                }
+            }
 
             /* X^T = V^T - ck * Y^T in f32, rounded once into A fragments (k = tokens). */
             uint32_t xa[4][4];
@@ -577,12 +675,14 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                     op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
                     op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
                 }
+            if (half == 0) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
-                                                op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
-                                                op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
-            bar_arrive(bar_va);
+                for (int j = 0; j < 4; ++j)
+                    VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
+                                                    op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
+                                                    op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
+            }
+            bar_arrive(bar_va, SLAB_THREADS);
 
             /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
             const float gc = cu[C];
@@ -597,16 +697,16 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                 ua[j][3] = op<T>::pack(vn[2 * j + 1][2] * u1.x, vn[2 * j + 1][3] * u1.y);
             }
 #pragma unroll
-            for (int nt = 0; nt < K / 8; ++nt)
+            for (int nt = 0; nt < KH / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     s[nt][e] *= gc;
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                for (int nd = 0; nd < K / 16; ++nd) {
+                for (int nd = 0; nd < KH / 16; ++nd) {
                     uint32_t b[4];
-                    ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, 16 * nd + (m >> 1) * 8)));
+                    ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, KH * half + 16 * nd + (m >> 1) * 8)));
                     op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
                     op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
                 }
@@ -618,7 +718,7 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     oa[i][e] = 0.f;
-            bar_sync(bar_sa);
+            bar_sync(bar_sa, SA_THREADS);
 #pragma unroll
             for (int kc = 0; kc < K / 16; ++kc) {
                 const uint4 f = SAs[kc * 32 + lane];
@@ -639,7 +739,7 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                 oa[nt][2] *= cf.x;
                 oa[nt][3] *= cf.y;
             }
-            bar_sync(bar_va);
+            bar_sync(bar_va, SLAB_THREADS);
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc) {
                 const uint4 f = VAs[kc * 32 + lane];
@@ -671,21 +771,16 @@ __global__ void __launch_bounds__(NW * 64, 1) chunk_main_kernel(const params p)
                 if (r < cl)
                     *reinterpret_cast<uint4 *>(op_ + r * p.o_t + 8 * sub) = *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
             }
-            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished before the
-             * __syncthreads that opened chunk c. */
-            if (c + 2 < nchunks)
-                load_chunk(c + 2, (int)((c + 2) % L::STAGES));
-            cp_async_commit();
         }
     }
     cp_async_wait<0>();
 
-    if (p.ht && !out_warp) {
+    if (p.ht && chain_warp) {
 #pragma unroll
-        for (int nt = 0; nt < K / 8; ++nt)
+        for (int nt = 0; nt < KH / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = 8 * nt + 2 * t + (e & 1);
+                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
                 const int64_t i = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
                 if (p.state_dtype == GDN_DTYPE_BF16)
                     static_cast<__nv_bfloat16 *>(p.ht)[i] = __float2bfloat16_rn(s[nt][e]);
@@ -705,7 +800,7 @@ static int64_t slots_per_head(const gdn_problem *p)
     return p->N * ((p->T + C - 1) / C);
 }
 
-template <typename T, int K, int NW>
+template <typename T, int K, int NW, int KS>
 static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
     gdn_status st;
@@ -715,32 +810,38 @@ static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t s
         if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
                                  "chunk_prep smem")) != GDN_OK)
             return st;
-        prep<<<dim3((unsigned)prm.slots, (unsigned)p->HV), 128, PB, stream>>>(prm);
+        prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
         if ((st = gdn_cuda_check(cudaGetLastError(), "chunk_prep launch")) != GDN_OK)
             return st;
     }
-    auto mainf = chunk_main_kernel<K, NW, T>;
-    constexpr int MB = main_smem<K, NW>::BYTES;
+    auto mainf = chunk_main_kernel<K, NW, KS, T>;
+    constexpr int MB = main_smem<K, NW, KS>::BYTES;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
                              "chunk_main smem")) != GDN_OK)
         return st;
-    mainf<<<dim3((unsigned)(p->N * p->HV), (unsigned)(p->V / (16 * NW))), NW * 64, MB, stream>>>(prm);
+    mainf<<<(unsigned)(p->N * p->HV * (p->V / (16 * NW))), ((KS + 1) * NW + 1) * 32, MB, stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
 }
 
 template <typename T, int K>
 static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    /* Wide tiles (4 warps, 64 value columns) share the Q / K / Tb / Pm loads best; with few
-     * (sequence, head) pairs, narrower tiles spread the serial chunk chain over more SMs. */
+    /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
+     * best; with few (sequence, head) pairs, narrower tiles spread the serial chunk chain over
+     * more SMs, down to one slab per CTA when that still fits one wave, and two chain warps per
+     * slab shorten it. */
     static int sms = 0;
     if (sms == 0) {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
             sms = 132;
     }
-    const bool wide = p->V % 64 == 0 && p->N * p->HV * (p->V / 64) >= sms / 2;
-    return wide ? launch<T, K, 4>(prm, p, stream) : launch<T, K, 2>(prm, p, stream);
+    const int64_t pairs = p->N * p->HV;
+    if (p->V % 64 == 0 && pairs * (p->V / 64) >= sms / 2)
+        return launch<T, K, 4, 1>(prm, p, stream);
+    if (pairs * (p->V / 16) <= sms)
+        return launch<T, K, 1, 2>(prm, p, stream);
+    return launch<T, K, 2, 2>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
@@ -786,6 +887,10 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes needed, 16-byte aligned", need);
     if (p->N == 0 || p->HV == 0)
         return GDN_OK;
+    /* One-dimensional grids (at most V / 32 CTAs per sequence and head in chunk_main). */
+    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 32) > INT32_MAX)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA chunk path's grid",
+                             (long long)p->T, (long long)p->HV);
 
     params prm = {};
     prm.T = p->T;

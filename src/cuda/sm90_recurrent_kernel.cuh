@@ -11,10 +11,13 @@
  *   - the CTA stages the inputs of up to kTokenChunk tokens in shared memory once (warp w
  *     l2-normalises q and k of tokens w, w + W, .., with k.q and the gates; all threads copy v),
  *     while the state is on its way;
- *   - per token, one butterfly over the 8 lanes of a group reduces both dots of a row at once,
- *         o = S_new^T q = e * (S^T q) + u * (k . q),   u = beta * (v - e * (S^T k)),
+ *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
+ *     into S~ when it leaves [2^-20, 2^20]), so per token and element the update is one FMA;
+ *   - per token, the 8 lanes of a group reduce both dots of the old state, S~^T k by a butterfly
+ *     (every lane needs u) and S~^T q by a reduce-scatter to the lane that writes o:
+ *         o = S_new^T q = ce * (S~^T q) + u * (k . q),   u = beta * (v - ce * (S~^T k)),  ce = c * e,
  *     so the output needs no second reduction; the state stays in registers across the chunk's
- *     tokens and per-step states are stored straight from registers.
+ *     tokens and per-step states (c * S~) are stored straight from registers with 16-byte stores.
  * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
  * state tile per CTA into shared memory, so bytes in flight do not cost registers.
  * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
@@ -124,95 +127,131 @@ __device__ __forceinline__ bool sequence_start(const RecurrentParams &p, int64_t
     return true;
 }
 
-/* One token for this lane's RPL rows: the delta-rule update of s in registers, o, and the
- * per-step state writes. srow: the rows' index into the staged v. t: token index within the
- * sequence; tok: its index in row b. */
+/* The running scale: registers hold S~ with S = c * S~, so that the decay of a token is one
+ * multiply of the scalar c and the update one FMA per element. c is the same for every row of a
+ * (sequence, value head), hence uniform over the CTA; it is folded back into S~ (S~ *= c, c = 1)
+ * when it leaves [2^-20, 2^20] (strong decays, exp(g) = 0 for g = -inf, NaN), so 1 / c never
+ * exceeds 2^20 and S~ stays within 2^20 of S. */
+constexpr float kScaleLo = 0x1p-20f, kScaleHi = 0x1p20f;
+
+/* Reduces x[0..N) over the 8 lanes of a row group, keeping only x[0] = the sum of row gl % N:
+ * each level sends half of the values still held to the partner and adds the other half
+ * (N - 1 + 3 - log2 N shuffles instead of 3 N). */
+template <int N> __device__ __forceinline__ void reduce_scatter8(float *x, int gl)
+{
+    int m = 1;
+#pragma unroll
+    for (int n = N; n > 1; n /= 2, m *= 2) {
+        const bool hi = (gl & m) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            const float keep = hi ? x[2 * i + 1] : x[2 * i], send = hi ? x[2 * i] : x[2 * i + 1];
+            x[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+        }
+    }
+#pragma unroll
+    for (; m < kLanesPerRow; m *= 2)
+        x[0] += __shfl_xor_sync(0xffffffffu, x[0], m);
+}
+
+/* One token for this lane's RPL rows: the delta-rule update of S~ in registers (S = c * S~,
+ * c updated here), o, and the per-step state writes. srow: the rows' index into the staged v.
+ * t: token index within the sequence; o: the token's output at (b, tok, hv), advanced by the
+ * caller (no 64-bit multiplies per token). */
 template <int K, typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC, int STAGE_ROWS>
 __device__ __forceinline__ void token_step(const RecurrentParams &p, const TokenStage<K, STAGE_ROWS> &st, int j,
-                                           float (*s)[EPL], const int *rows, const bool *row_ok, const int *srow,
-                                           int gl, int64_t n, int hv, int64_t b, int64_t t, int64_t tok,
+                                           float (*s)[EPL], float &c, const int *rows, const bool *row_ok,
+                                           const int *srow, int gl, int64_t n, int hv, int64_t t, InT *o,
                                            int64_t packed0)
 {
-    const float e = st.e[j], beta = st.beta[j], kq = st.kq[j];
+    static_assert(RPL <= kLanesPerRow && (RPL & (RPL - 1)) == 0, "rows per lane: a power of two up to 8");
+    const float beta = st.beta[j], kq = st.kq[j];
 
-    /* S^T k and S^T q of the old state, reduced together */
-    float dk[RPL], dq[RPL];
+    /* the decay: S = ce * S~ */
+    float ce = c * st.e[j];
+    if (!(ce >= kScaleLo && ce <= kScaleHi)) { /* uniform over the CTA */
+#pragma unroll
+        for (int r = 0; r < RPL; r++)
+#pragma unroll
+            for (int i = 0; i < EPL; i++)
+                s[r][i] *= ce;
+        ce = 1.0f;
+    }
+    c = ce;
+    const float rc = 1.0f / ce;
+
+    /* S~^T k and S~^T q of the decayed state; k stays in registers for the update */
+    float ka[EPL], dk[RPL], dq[RPL];
 #pragma unroll
     for (int r = 0; r < RPL; r++)
         dk[r] = dq[r] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < NV; c++) {
+    for (int cc = 0; cc < NV; cc++) {
 #pragma unroll
         for (int m = 0; m < VE; m += 4) {
-            const int key = (c * kLanesPerRow + gl) * VE + m;
+            const int key = (cc * kLanesPerRow + gl) * VE + m;
             const float4 q4 = *reinterpret_cast<const float4 *>(&st.q[j][key]);
             const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
-            const float qa[4] = {q4.x, q4.y, q4.z, q4.w}, ka[4] = {k4.x, k4.y, k4.z, k4.w};
+            const float qa[4] = {q4.x, q4.y, q4.z, q4.w};
+            ka[cc * VE + m] = k4.x, ka[cc * VE + m + 1] = k4.y, ka[cc * VE + m + 2] = k4.z, ka[cc * VE + m + 3] = k4.w;
 #pragma unroll
             for (int r = 0; r < RPL; r++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    dk[r] = fmaf(s[r][c * VE + m + i], ka[i], dk[r]);
-                    dq[r] = fmaf(s[r][c * VE + m + i], qa[i], dq[r]);
+                    dk[r] = fmaf(s[r][cc * VE + m + i], ka[cc * VE + m + i], dk[r]);
+                    dq[r] = fmaf(s[r][cc * VE + m + i], qa[i], dq[r]);
                 }
             }
         }
     }
+    /* every lane needs S^T k of all its rows (for u); S^T q only in the lane that writes o */
 #pragma unroll
     for (int m = 1; m < kLanesPerRow; m *= 2) {
 #pragma unroll
-        for (int r = 0; r < RPL; r++) {
+        for (int r = 0; r < RPL; r++)
             dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
-            dq[r] += __shfl_xor_sync(0xffffffffu, dq[r], m);
-        }
     }
+    reduce_scatter8<RPL>(dq, gl); /* dq[0]: row gl % RPL */
 
-    InT *o = (InT *)p.o + b * p.o_s[0] + tok * p.o_s[1] + hv * p.o_s[2];
-    float u[RPL];
+    /* u = beta (v - S^T k); o = S_new^T q = ce (S~^T q) + u (k . q), by lane gl == r */
+    float ur[RPL];
 #pragma unroll
     for (int r = 0; r < RPL; r++) {
-        u[r] = beta * (st.v[j][srow[r]] - e * dk[r]);
+        const float u = beta * (st.v[j][srow[r]] - ce * dk[r]);
         if (gl == r && row_ok[r])
-            o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(e, dq[r], u[r] * kq));
+            o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(fmaf(ce, dq[0], u * kq));
+        ur[r] = u * rc;
     }
+    /* S~ += k (u / ce) */
 #pragma unroll
-    for (int c = 0; c < NV; c++) {
+    for (int r = 0; r < RPL; r++)
 #pragma unroll
-        for (int m = 0; m < VE; m += 4) {
-            const int key = (c * kLanesPerRow + gl) * VE + m;
-            const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
-            const float ka[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-            for (int r = 0; r < RPL; r++)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    s[r][c * VE + m + i] = fmaf(e, s[r][c * VE + m + i], ka[i] * u[r]);
-        }
-    }
+        for (int i = 0; i < EPL; i++)
+            s[r][i] = fmaf(ka[i], ur[r], s[r][i]);
 
     /* per-step states: the step_states row of this token, and the 2-D pool slot */
     if (p.step_states)
         store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
                                                       hv * p.st_step.s1,
-                                                  p.st_step, rows, row_ok, gl, s);
+                                                  p.st_step, rows, row_ok, gl, s, ce);
     if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
         const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
         if (slot_valid(p, slot))
             store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1,
-                                                      p.st_in, rows, row_ok, gl, s);
+                                                      p.st_in, rows, row_ok, gl, s, ce);
     }
 }
 
 /* The state after the last token: final_state, and the start slot for 1-D in-place pools. */
 template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
 __device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *src, int64_t n, int hv, const int *rows,
-                                            const bool *row_ok, int gl, const float (*s)[EPL])
+                                            const bool *row_ok, int gl, const float (*s)[EPL], float c)
 {
     if (p.final_state)
         store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
-                                                  p.st_fin, rows, row_ok, gl, s);
+                                                  p.st_fin, rows, row_ok, gl, s, c);
     if (p.inplace_state && !p.idx_2d && src)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s);
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s, c);
 }
 
 /* The generic path: K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL:
@@ -281,16 +320,18 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
             }
         }
 
+        float c = 1.0f; /* S = c * s */
         for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, MAX_ROWS_PER_CTA>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
-            for (int j = 0; j < tc; j++)
+            InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+            for (int j = 0; j < tc; j++, o += p.o_s[1])
                 token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC, MAX_ROWS_PER_CTA>(
-                    p, st, j, s, rows, row_ok, srow, gl, n, hv, b, t0 + j, bos + t0 + j, packed0);
+                    p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
         }
-        store_final<StateT, RPL, EPL, VE, NV, VEC>(p, src, n, hv, rows, row_ok, gl, s);
+        store_final<StateT, RPL, EPL, VE, NV, VEC>(p, src, n, hv, rows, row_ok, gl, s, c);
     }
 }
 
@@ -417,26 +458,27 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                 }
                 if (ci == 0 && src)
                     mbar_wait(&bar[ps], phase);
-                float s[RPL][EPL];
+                float s[RPL][EPL], c = 1.0f; /* S = c * s */
 #pragma unroll
                 for (int r = 0; r < RPL; r++)
 #pragma unroll
-                    for (int c = 0; c < NV; c++)
-                        load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (c * kLanesPerRow + gl) * VE],
-                                                   1, &s[r][c * VE]);
-                for (int j = 0; j < tc; j++)
+                    for (int cc = 0; cc < NV; cc++)
+                        load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (cc * kLanesPerRow + gl) * VE],
+                                                   1, &s[r][cc * VE]);
+                InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+                for (int j = 0; j < tc; j++, o += p.o_s[1])
                     token_step<K, StateT, InT, RPL, EPL, VE, NV, true, TILE_ROWS>(
-                        p, st, j, s, rows, row_ok, srow, gl, n, hv, b, t0 + j, bos + t0 + j, packed0);
+                        p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
                 if (last) {
-                    store_final<StateT, RPL, EPL, VE, NV, true>(p, src, n, hv, rows, row_ok, gl, s);
+                    store_final<StateT, RPL, EPL, VE, NV, true>(p, src, n, hv, rows, row_ok, gl, s, c);
                 } else {
 #pragma unroll
                     for (int r = 0; r < RPL; r++)
                         if (row_ok[r])
 #pragma unroll
-                            for (int c = 0; c < NV; c++)
-                                store_f32<StateT, VE, true>(&tile[srow[r] * K + (c * kLanesPerRow + gl) * VE], 1,
-                                                            &s[r][c * VE]);
+                            for (int cc = 0; cc < NV; cc++)
+                                st_shared_16(smem_u32(&tile[srow[r] * K + (cc * kLanesPerRow + gl) * VE]),
+                                             pack16<StateT, VE>(&s[r][cc * VE], c));
                 }
             }
         }

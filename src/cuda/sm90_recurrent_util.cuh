@@ -101,26 +101,60 @@ __device__ __forceinline__ void load_f32(const T *ptr, int64_t stride, float *ou
     }
 }
 
+/* N f32 values times `scale`, rounded to T, as the 16 bytes of one state piece (N = 16 / sizeof(T)). */
+template <typename T, int N> __device__ __forceinline__ uint4 pack16(const float *in, float scale)
+{
+    static_assert(N * sizeof(T) == 16, "a state piece is 16 bytes");
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (sizeof(T) == 4) {
+            w[i] = __float_as_uint(in[i] * scale);
+        } else {
+            const T lo = gdn_from_f32<T>(in[2 * i] * scale), hi = gdn_from_f32<T>(in[2 * i + 1] * scale);
+            uint16_t l, h;
+            memcpy(&l, &lo, 2);
+            memcpy(&h, &hi, 2);
+            w[i] = (uint32_t)l | (uint32_t)h << 16;
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* One 16-byte store to global memory (st_global_16) or shared memory (st_shared_16), spelled in
+ * PTX: from a plain 16-byte struct assignment NVVM emitted four 4-byte (bf16: eight 2-byte)
+ * stores for most state pieces. */
+__device__ __forceinline__ void st_global_16(void *ptr, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+/* in[e] * scale for N elements of global memory: one 16-byte store (VEC), or N elements
+ * `stride` apart. */
 template <typename T, int N, bool VEC>
-__device__ __forceinline__ void store_f32(T *ptr, int64_t stride, const float *in)
+__device__ __forceinline__ void store_f32(T *ptr, int64_t stride, const float *in, float scale)
 {
     if constexpr (VEC) {
-        Pack<T, N> pk;
-#pragma unroll
-        for (int e = 0; e < N; e++)
-            pk.x[e] = gdn_from_f32<T>(in[e]);
-        *reinterpret_cast<Pack<T, N> *>(ptr) = pk;
+        st_global_16(ptr, pack16<T, N>(in, scale));
     } else {
 #pragma unroll
         for (int e = 0; e < N; e++)
-            ptr[e * stride] = gdn_from_f32<T>(in[e]);
+            ptr[e * stride] = gdn_from_f32<T>(in[e] * scale);
     }
 }
 
-/* Writes this lane's part of RPL state rows. base points at (slot, value head). */
+/* Writes this lane's part of RPL state rows, times `scale` (the kernels keep S / scale in
+ * registers). base points at (slot, value head). */
 template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
 __device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st, const int *rows,
-                                           const bool *row_ok, int gl, const float (*s)[EPL])
+                                           const bool *row_ok, int gl, const float (*s)[EPL], float scale)
 {
 #pragma unroll
     for (int r = 0; r < RPL; r++) {
@@ -129,7 +163,7 @@ __device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st,
 #pragma unroll
         for (int c = 0; c < NV; c++) {
             const int key = (c * 8 + gl) * VE;
-            store_f32<StateT, VE, VEC>(base + (int64_t)rows[r] * st.sv + key * st.sk, st.sk, &s[r][c * VE]);
+            store_f32<StateT, VE, VEC>(base + (int64_t)rows[r] * st.sv + key * st.sk, st.sk, &s[r][c * VE], scale);
         }
     }
 }
@@ -228,10 +262,11 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int
         if (p.step_states)
             store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t - bos) * p.st_step.s0 +
                                                      hv * p.st_step.s1,
-                                                 p.st_step, rows, row_ok, gl, z);
+                                                 p.st_step, rows, row_ok, gl, z, 1.0f);
     }
     if (p.final_state)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, rows, row_ok, gl, z);
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+                                                  p.st_fin, rows, row_ok, gl, z, 1.0f);
 }
 
 } /* namespace */
