@@ -13,6 +13,8 @@
  * Before timing, it checks one small case of each state dtype against the CPU backend.
  * With --variants it also times tile shapes the launcher does not pick (fast path: tile rows and
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
+ * With --rows it times the latency path (sm90_recurrent_rows.cuh) for the T and B of --T / --B:
+ * rows per lane x warps per CTA, with and without programmatic dependent launch, hot and cold.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -29,7 +31,7 @@
 #include <vector>
 
 #include "gdn.h"
-#include "cuda/sm90_recurrent_kernel.cuh"
+#include "cuda/sm90_recurrent_rows.cuh"
 
 #define CK(call)                                                                                                   \
     do {                                                                                                           \
@@ -363,8 +365,11 @@ static RecurrentParams variant_params(const Set &s)
     return p;
 }
 
-/* Time per call (cold) of the kernel `launch(stream, params)` on the issue's shape. */
-template <typename F> static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, F launch)
+/* Time per call (cold; *hot too when given) of the kernel `launch(stream, params)` on the issue's
+ * shape. */
+template <typename F>
+static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, F launch,
+                          double *hot = NULL)
 {
     double set_bytes = call_bytes(B, T, sd);
     int nsets = std::max(1, (int)ceil(3.0 * (double)l2 / set_bytes));
@@ -380,6 +385,11 @@ template <typename F> static double time_kernel(cudaStream_t stream, int64_t B, 
         launch(stream, prm[(size_t)(i % nsets)]);
         CK(cudaGetLastError());
     });
+    if (hot)
+        *hot = time_graph(stream, launches_for(est_us(B, T, sd)), 7, [&](int) {
+            launch(stream, prm[0]);
+            CK(cudaGetLastError());
+        });
     for (Set &s : sets)
         free_set(s);
     return us;
@@ -408,6 +418,69 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
         recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true><<<grid, 32 * warps, 0, st>>>(p);
     });
+}
+
+/* The latency path with RPL rows per lane and `warps` warps per CTA, launched with programmatic
+ * stream serialization (pdl) or plainly. */
+template <typename StateT, int RPL>
+static double time_rows(cudaStream_t stream, int64_t B, int64_t T, int warps, bool pdl, size_t l2, double *hot)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    const int rows = 4 * RPL * warps;
+    return time_kernel(
+        stream, B, T, sd, l2,
+        [&](cudaStream_t st, const RecurrentParams &p) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
+            cfg.blockDim = dim3(32 * warps);
+            cfg.stream = st;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_rows_kernel<128, StateT, __nv_bfloat16, RPL>, p));
+        },
+        hot);
+}
+
+/* The latency path on the issue's shape: at T = 1 every B of Bs with rows per lane (f32: 1, 2;
+ * bf16: 2, 4) x warps (1, 2, 4), with and without programmatic dependent launch; at T > 1 only
+ * B <= 8, the launcher's rows per lane, with it. */
+static void run_rows(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
+                     const std::vector<int64_t> &Bs)
+{
+    printf("\nrows path (us hot / cold, %% of copy cold): RPLxWARPS, p = programmatic dependent launch\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                if (T > 1 && B > 8)
+                    continue;
+                gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+                double bytes = call_bytes(B, T, sd);
+                printf("rows %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
+                for (int rpl : {1, 2, 4}) {
+                    if ((sdi == 0 && rpl == 4) || (sdi == 1 && rpl == 1) || (T > 1 && rpl != 2))
+                        continue;
+                    for (int w : {1, 2, 4}) {
+                        for (int pdl = T > 1 ? 1 : 0; pdl < 2; pdl++) {
+                            double hot, cold;
+                            if (sdi == 0)
+                                cold = rpl == 1 ? time_rows<float, 1>(stream, B, T, w, pdl, l2, &hot)
+                                                : time_rows<float, 2>(stream, B, T, w, pdl, l2, &hot);
+                            else
+                                cold = rpl == 2 ? time_rows<__nv_bfloat16, 2>(stream, B, T, w, pdl, l2, &hot)
+                                                : time_rows<__nv_bfloat16, 4>(stream, B, T, w, pdl, l2, &hot);
+                            printf(" %dx%d%s %.2f/%.2f (%.0f%%)", rpl, w, pdl ? "p" : "", hot, cold,
+                                   100.0 * bytes / (cold * 1e3) / copy);
+                        }
+                    }
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+    }
 }
 
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
@@ -457,13 +530,15 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false;
+    bool variants = false, rows = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv_path = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
             variants = true;
+        else if (!strcmp(argv[i], "--rows"))
+            rows = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -512,6 +587,8 @@ int main(int argc, char **argv)
         fclose(tsv);
     if (variants)
         run_variants(stream, l2, copy);
+    if (rows)
+        run_rows(stream, l2, copy, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

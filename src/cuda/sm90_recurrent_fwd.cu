@@ -1,13 +1,15 @@
 /*
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
- * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by head dim, state
- * dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
- * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
- * path (KV layout, unaligned strides); then a tile / CTA size by batch. Grid: (row blocks, HV,
+ * Picks a compile-time instance of a kernel by head dim, state dtype and input dtype, and the
+ * path. When every state view has K contiguous and 16-byte aligned rows (the VK pools engines
+ * use): single-token calls with few (sequence, value head) pairs take the latency path
+ * (sm90_recurrent_rows.cuh, launched with programmatic dependent launch), the others the
+ * bulk-copy fast path (sm90_recurrent_kernel.cuh); else the element-wise generic path (KV
+ * layout, unaligned strides). Then a tile / CTA size by batch. Grid: (row blocks, HV,
  * sequences); the kernels loop over sequences beyond 65535.
  */
 #include "cuda_common.cuh"
-#include "sm90_recurrent_kernel.cuh"
+#include "sm90_recurrent_rows.cuh"
 
 namespace {
 
@@ -67,12 +69,45 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
+/* The latency path: rows straight to registers, no shared memory, no barriers. Warps per CTA:
+ * the most (up to 4) that still give about 4 CTAs per SM. Launched with programmatic stream
+ * serialization, so that its launch overlaps the end of the previous kernel in the stream (the
+ * kernel waits for that grid before touching memory). */
+template <int K, typename StateT, typename InT> gdn_status launch_rows(const RecurrentParams &prm, const gdn_problem *p)
+{
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    constexpr int ROWS_PER_WARP = 4 * RPL;
+    int warps = 4;
+    while (warps > 1 && p->N * p->HV * ((p->V + ROWS_PER_WARP * warps - 1) / (ROWS_PER_WARP * warps)) < 528)
+        warps /= 2;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((p->V + ROWS_PER_WARP * warps - 1) / (ROWS_PER_WARP * warps)), (unsigned)p->HV,
+                       (unsigned)(p->N < 65535 ? p->N : 65535));
+    cfg.blockDim = dim3(32 * warps);
+    cfg.stream = (cudaStream_t)p->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_rows_kernel<K, StateT, InT, RPL>, prm),
+                          "gdn_recurrent_fwd: kernel launch");
+}
+
+/* (sequence, value head) pairs up to which single-token calls take the latency path. */
+constexpr int64_t kRowsPathMaxHeads = 2048;
+
 template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int VE = 16 / sizeof(StateT);
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
-    return vec ? launch_tma<K, StateT, InT>(prm, p) : launch_generic<K, StateT, InT, false>(prm, p);
+    if (!vec)
+        return launch_generic<K, StateT, InT, false>(prm, p);
+    const bool single_token = p->cu_seqlens ? p->T <= p->N : p->T == 1;
+    if (single_token && p->N * p->HV <= kRowsPathMaxHeads)
+        return launch_rows<K, StateT, InT>(prm, p);
+    return launch_tma<K, StateT, InT>(prm, p);
 }
 
 template <int K, typename StateT> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)
