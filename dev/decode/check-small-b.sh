@@ -86,7 +86,7 @@ timeout 60 $V/test_cuda_recurrent >"$OUT/test_var.log" 2>&1
 log "test var rc=$? $(tail -n 1 "$OUT/test_var.log")"
 grep -E "FAIL|single_token|pool_spec" "$OUT/test_var.log" | head -12
 
-timeout 50 $V/bench_decode --T $TS --B $BS --tsv "$OUT/bench_var.tsv" --rows >"$OUT/bench_var.log" 2>&1
+timeout 90 $V/bench_decode --T $TS --B $BS --tsv "$OUT/bench_var.tsv" --rows >"$OUT/bench_var.log" 2>&1
 log "bench var rc=$? $(grep -c '^check.* ok$' "$OUT/bench_var.log") of 4 checks vs CPU ok"
 grep -E "^rows" "$OUT/bench_var.log"
 if [ $rm_ = 0 ]; then
