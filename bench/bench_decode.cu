@@ -13,8 +13,10 @@
  * Before timing, it checks one small case of each state dtype against the CPU backend.
  * With --variants it also times tile shapes the launcher does not pick (fast path: tile rows and
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
- * With --rows it times the latency path (sm90_recurrent_rows.cuh) for the T and B of --T / --B:
- * rows per lane x warps per CTA, with and without programmatic dependent launch, hot and cold.
+ * With --rows it times, at T = 1 and the B <= 32 of --B, the latency path (sm90_recurrent_rows.cuh)
+ * and the fast path's launcher tile, each with and without programmatic dependent launch; with
+ * --stream, at the T > 1 and B >= 64 of --T / --B, the persistent path (sm90_recurrent_stream.cuh)
+ * with 4 and 8 warps per CTA.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -32,6 +34,7 @@
 
 #include "gdn.h"
 #include "cuda/sm90_recurrent_rows.cuh"
+#include "cuda/sm90_recurrent_stream.cuh"
 
 #define CK(call)                                                                                                   \
     do {                                                                                                           \
@@ -395,16 +398,54 @@ static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype s
     return us;
 }
 
+/* A launch with programmatic stream serialization (pdl), as the library launches, or plainly. */
+template <typename... Args>
+static void launch_ex(bool pdl, cudaStream_t st, void (*kernel)(Args...), dim3 grid, int threads, size_t smem,
+                      Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA. */
 template <typename StateT>
-static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2)
+static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
+                       double *hot = NULL)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
+    return time_kernel(
+        stream, B, T, sd, l2,
+        [&](cudaStream_t st, const RecurrentParams &p) {
+            launch_ex(pdl, st, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, grid, 32 * warps, 0, p, rows);
+        },
+        hot);
+}
+
+/* The persistent path with `warps` warps per CTA, as many CTAs as fit (launched with pdl). */
+template <typename StateT> static double time_stream(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    constexpr int RPL = default_rows_per_lane<128, StateT>();
+    const int rows = tile_rows<128, StateT>(), nrb = (int)((V + rows - 1) / rows);
+    int sms, per_sm;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK((stream_kernel_setup<128, StateT, __nv_bfloat16, RPL>(32 * warps, &per_sm)));
+    const int64_t items = B * HV * nrb;
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL><<<grid, 32 * warps, 0, st>>>(p, rows);
+        launch_ex(true, st, recurrent_fwd_stream_kernel<128, StateT, __nv_bfloat16, RPL>, dim3((unsigned)(sms * per_sm)),
+                  32 * warps, sizeof(StreamSmem<128, StateT>), p, rows, nrb, items);
     });
 }
 
@@ -420,61 +461,76 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     });
 }
 
-/* The latency path with RPL rows per lane and `warps` warps per CTA, launched with programmatic
- * stream serialization (pdl) or plainly. */
-template <typename StateT, int RPL>
-static double time_rows(cudaStream_t stream, int64_t B, int64_t T, int warps, bool pdl, size_t l2, double *hot)
+/* The latency path with 2 rows per lane and `warps` warps per CTA (pdl: see launch_ex). */
+template <typename StateT>
+static double time_rows(cudaStream_t stream, int64_t B, int warps, bool pdl, size_t l2, double *hot)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
-    const int rows = 4 * RPL * warps;
+    const int rows = 8 * warps;
+    const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     return time_kernel(
-        stream, B, T, sd, l2,
+        stream, B, 1, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-            cfg.blockDim = dim3(32 * warps);
-            cfg.stream = st;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = pdl ? 1 : 0;
-            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_rows_kernel<128, StateT, __nv_bfloat16, RPL>, p));
+            launch_ex(pdl, st, recurrent_fwd_rows_kernel<128, StateT, __nv_bfloat16, 2>, grid, 32 * warps, 0, p);
         },
         hot);
 }
 
-/* The latency path on the issue's shape: at T = 1 every B of Bs with rows per lane (f32: 1, 2;
- * bf16: 2, 4) x warps (1, 2, 4), with and without programmatic dependent launch; at T > 1 only
- * B <= 8, the launcher's rows per lane, with it. */
-static void run_rows(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
-                     const std::vector<int64_t> &Bs)
+/* T = 1, each B of Bs up to 32: the latency path (2 rows per lane x 1 or 2 warps) against the
+ * fast path with the launcher's tile (16 rows x 2 warps at B = 1 f32, ...), each with and without
+ * programmatic dependent launch. */
+static void run_rows(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Bs)
 {
-    printf("\nrows path (us hot / cold, %% of copy cold): RPLxWARPS, p = programmatic dependent launch\n");
+    printf("\nT=1 small B (us hot / cold, %% of copy cold): rows 2xWARPS, tma ROWSxWARPS; p = programmatic dependent "
+           "launch\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t B : Bs) {
+            if (B > 32)
+                continue;
+            gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+            double bytes = call_bytes(B, 1, sd), hot, cold;
+            printf("small %s B=%lld |", sdi ? "bf16" : "f32", (long long)B);
+            for (int w : {1, 2}) {
+                for (int pdl = 0; pdl < 2; pdl++) {
+                    cold = sdi ? time_rows<__nv_bfloat16>(stream, B, w, pdl, l2, &hot)
+                               : time_rows<float>(stream, B, w, pdl, l2, &hot);
+                    printf(" rows 2x%d%s %.2f/%.2f (%.0f%%)", w, pdl ? "p" : "", hot, cold,
+                           100.0 * bytes / (cold * 1e3) / copy);
+                }
+            }
+            /* the launcher's fast-path tile: halve from the full tile while under 256 CTAs */
+            int rows = sdi ? 128 : 64;
+            while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
+                rows /= 2;
+            const int warps = std::min(sdi ? 4 : 2, rows / 8);
+            for (int pdl = 0; pdl < 2; pdl++) {
+                cold = sdi ? time_tma<__nv_bfloat16>(stream, B, 1, rows, warps, l2, pdl, &hot)
+                           : time_tma<float>(stream, B, 1, rows, warps, l2, pdl, &hot);
+                printf(" | tma %dx%d%s %.2f/%.2f (%.0f%%)", rows, warps, pdl ? "p" : "", hot, cold,
+                       100.0 * bytes / (cold * 1e3) / copy);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+}
+
+/* T > 1, B >= 64 of Bs, T of Ts: the persistent path with 4 and 8 warps per CTA (cold us). */
+static void run_stream(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
+                       const std::vector<int64_t> &Bs)
+{
+    printf("\npersistent path (cold us, %% of copy): WARPS\n");
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
-                if (T > 1 && B > 8)
+                if (T == 1 || B < 64)
                     continue;
                 gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
                 double bytes = call_bytes(B, T, sd);
-                printf("rows %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
-                for (int rpl : {1, 2, 4}) {
-                    if ((sdi == 0 && rpl == 4) || (sdi == 1 && rpl == 1) || (T > 1 && rpl != 2))
-                        continue;
-                    for (int w : {1, 2, 4}) {
-                        for (int pdl = T > 1 ? 1 : 0; pdl < 2; pdl++) {
-                            double hot, cold;
-                            if (sdi == 0)
-                                cold = rpl == 1 ? time_rows<float, 1>(stream, B, T, w, pdl, l2, &hot)
-                                                : time_rows<float, 2>(stream, B, T, w, pdl, l2, &hot);
-                            else
-                                cold = rpl == 2 ? time_rows<__nv_bfloat16, 2>(stream, B, T, w, pdl, l2, &hot)
-                                                : time_rows<__nv_bfloat16, 4>(stream, B, T, w, pdl, l2, &hot);
-                            printf(" %dx%d%s %.2f/%.2f (%.0f%%)", rpl, w, pdl ? "p" : "", hot, cold,
-                                   100.0 * bytes / (cold * 1e3) / copy);
-                        }
-                    }
+                printf("stream %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
+                for (int w : {4, 8}) {
+                    double us = sdi ? time_stream<__nv_bfloat16>(stream, B, T, w, l2) : time_stream<float>(stream, B, T, w, l2);
+                    printf(" %d %.2f (%.0f%%)", w, us, 100.0 * bytes / (us * 1e3) / copy);
                 }
                 printf("\n");
                 fflush(stdout);
@@ -530,7 +586,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, rows = false;
+    bool variants = false, rows = false, streamv = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -539,6 +595,8 @@ int main(int argc, char **argv)
             variants = true;
         else if (!strcmp(argv[i], "--rows"))
             rows = true;
+        else if (!strcmp(argv[i], "--stream"))
+            streamv = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -588,7 +646,9 @@ int main(int argc, char **argv)
     if (variants)
         run_variants(stream, l2, copy);
     if (rows)
-        run_rows(stream, l2, copy, Ts, Bs);
+        run_rows(stream, l2, copy, Bs);
+    if (streamv)
+        run_stream(stream, l2, copy, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

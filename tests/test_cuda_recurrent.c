@@ -441,7 +441,7 @@ static int test_single_token_paths(void)
         o.dtype = v % 4 == 3 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
         o.H = v < 6 ? 2 : 1;
         if (v >= 6) { /* 2560 pairs: above the latency path's limit, the bulk-copy path */
-            o.B = 160, o.HV = 16, o.K = 64, o.V = v < 9 ? 64 : 32;
+            o.B = 160, o.HV = 16, o.K = 64, o.V = v < 9 ? 64 : 128;
             o.steps = 0;
         }
         run_case(&o, seed++);
@@ -455,6 +455,35 @@ static int test_single_token_paths(void)
         o.steps = v != 1;
         run_case(&o, seed++);
     }
+    return TU_PASS;
+}
+
+/* Multi-token calls with at least 2560 work items (tiles of a (sequence, value head)), above the
+ * persistent path's threshold on an H100 / H200 (8 items per CTA, 2 CTAs per SM): both state
+ * dtypes, per-step states, two chunks of tokens, no initial state, varlen with empty sequences. */
+static int test_multi_token_paths(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 2700;
+    for (int v = 0; v < 4; v++) {
+        opts o = base_opts();
+        o.H = 16, o.HV = 32;
+        o.B = v == 0 ? 40 : 80;          /* f32 K = 128: 2 tiles per head; K = 64: 1 */
+        o.K = o.V = v == 0 ? 128 : 64;
+        o.T = v == 1 ? 9 : v == 3 ? 2 : 3;
+        o.state_dtype = v == 1 || v == 3 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.steps = v < 2;
+        o.initial_state = v != 2;
+        run_case(&o, seed++);
+    }
+    opts o = base_opts();
+    o.H = 16, o.HV = 128;
+    o.nseq = 16;
+    static const int32_t lens[16] = {2, 0, 3, 9, 1, 2, 0, 4, 2, 2, 5, 1, 3, 2, 0, 2};
+    memcpy(o.seqlens, lens, sizeof lens);
+    o.steps = 1;
+    run_case(&o, seed++);
     return TU_PASS;
 }
 
@@ -533,6 +562,43 @@ static int test_pool_spec_verify(void)
         s.state_dtype = v == 1 || v == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = 32;
         run_pool(&s, 128, g_seed + 5000 + (uint64_t)v);
+    }
+    return TU_PASS;
+}
+
+/* A 2-D pool with num_accepted_tokens, skipped writes and a skipped sequence, on enough value
+ * heads (3 x 1024 work items) for the persistent path. */
+static int test_pool_verify_persistent(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    for (int v = 0; v < 2; v++) {
+        tu_pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = v ? "verify 2-D persistent bf16" : "verify 2-D persistent f32";
+        s.N = 3;
+        s.T = 3;
+        s.cols = 3;
+        s.P = 10;
+        s.rank2 = 1;
+        static const int32_t idx[3][3] = {{1, 2, 3}, {4, -1, 5}, {6, 7, 99}}; /* seq 2 reads 99 >= P: skipped */
+        static const int32_t nat[3] = {2, 1, 3};
+        for (int n = 0; n < 3; n++)
+            memcpy(s.idx[n], idx[n], sizeof idx[n]);
+        memcpy(s.nat, nat, sizeof nat);
+        s.use_nat = 1;
+        s.inplace = 1;
+        s.with_final = 1;
+        s.with_steps = 1;
+        s.layout = GDN_STATE_VK;
+        s.state_dtype = v ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.pad = 16;
+        tu_case_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.H = 2, cfg.HV = 1024, cfg.K = 64, cfg.V = 64;
+        cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32;
+        cfg.l2norm = 1, cfg.raw_gates = 1;
+        tu_pool_run(&s, &cfg, g_seed + 5500 + (uint64_t)v, run_cuda, tol_o(cfg.dtype), tol_state(s.state_dtype));
     }
     return TU_PASS;
 }
@@ -710,9 +776,11 @@ int main(int argc, char **argv)
         {"extreme_gates", test_extreme_gates},
         {"varlen_and_batch", test_varlen_and_batch},
         {"single_token_paths", test_single_token_paths},
+        {"multi_token_paths", test_multi_token_paths},
         {"strided_inputs", test_strided_inputs},
         {"pool_decode", test_pool_decode},
         {"pool_spec_verify", test_pool_spec_verify},
+        {"pool_verify_persistent", test_pool_verify_persistent},
         {"bad_device_indices", test_bad_device_indices},
         {"graph_capture", test_graph_capture},
         {"gating", test_gating},

@@ -6,9 +6,10 @@
 # and this tree side by side in /tmp (the library's C sources, the decode and gating CUDA files, a
 # stub for the chunk op, as scripts/device_decode.sh does), runs tests/test_cuda_recurrent and
 # compute-sanitizer memcheck (small cases) on this tree, times bench_decode of both at T in
-# {1, 4, 8}, B in {1, 8, 32, 64, 256} (hot and cold, f32 and bf16 state), the latency path's
-# shapes directly (--rows), and FLA on the same shapes when .peers/fla is carried, then prints a
-# short table last. Logs go to $OUT.
+# {1, 4, 8}, B in {1, 8, 32, 64, 256} (hot and cold, f32 and bf16 state), the latency path and
+# the persistent path directly (--rows, --stream), and FLA on the same shapes when .peers/fla is
+# carried, then prints a short table last. Logs go to $OUT (at most 8 files come back from the
+# device: the summary, the table, the test and sanitizer logs, the benchmark logs).
 #
 #   run(command="cd .wt/decode && bash dev/decode/check-small-b.sh",
 #       carry=[".wt/decode", ".peers/fla"], kind="nvidia-h100-x1", timeout_s=300)
@@ -18,7 +19,8 @@ HERE=$PWD
 OUT=${OUT:-/tmp/decode_check}
 BASE=${BASE:-$HERE/.base}
 FLA=${FLA:-$HERE/../../.peers/fla}
-mkdir -p "$OUT"
+W=/tmp/decode_work   # what need not come back (at most 8 files do): build logs, tsv files
+mkdir -p "$OUT" $W
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 log() { echo "$* t=$(el)" | tee -a "$OUT/summary.txt"; }
@@ -69,46 +71,49 @@ EOF
     g++ -o $b/test_cuda_recurrent $b/test_cuda_recurrent.o $b/test_util.o "${libobjs[@]}" "${LIBS[@]}" &&
         g++ -o $b/bench_decode $b/bench_decode.o "${libobjs[@]}" "${LIBS[@]}"
 }
-build main >"$OUT/build_main.log" 2>&1 & pm=$!
-build var >"$OUT/build_var.log" 2>&1 & pv=$!
+build main >$W/build_main.log 2>&1 & pm=$!
+build var >$W/build_var.log 2>&1 & pv=$!
 wait $pm; rm_=$?
 wait $pv; rv=$?
 log "build main rc=$rm_ var rc=$rv"
-cp /tmp/gdn_var/b/rec.log "$OUT/ptxas_var.log" 2>/dev/null
+cp /tmp/gdn_var/b/rec.log /tmp/ptxas_var.log 2>/dev/null
 echo "var registers (fast path / rows path, K=128, bf16 inputs): $(grep -A2 -E \
-    "(tma|rows)_kernelILi128E(f13__nv_bfloat16|13__nv_bfloat16S1_)Li2E" "$OUT/ptxas_var.log" |
+    "(tma|rows)_kernelILi128E(f13__nv_bfloat16|13__nv_bfloat16S1_)Li2E" /tmp/ptxas_var.log |
     grep -oE "Used [0-9]+ registers|[0-9]+ bytes spill stores" | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
-[ $rv = 0 ] || { tail -n 30 "$OUT/build_var.log"; exit 1; }
+[ $rv = 0 ] || { tail -n 30 $W/build_var.log; exit 1; }
 V=/tmp/gdn_var/b
 M=/tmp/gdn_main/b
 
-timeout 60 $V/test_cuda_recurrent >"$OUT/test_var.log" 2>&1
+timeout 100 $V/test_cuda_recurrent >"$OUT/test_var.log" 2>&1
 log "test var rc=$? $(tail -n 1 "$OUT/test_var.log")"
-grep -E "FAIL|single_token|pool_spec" "$OUT/test_var.log" | head -12
+grep -E "FAIL|call failed|_paths|persistent" "$OUT/test_var.log" | head -12
 
-timeout 90 $V/bench_decode --T $TS --B $BS --tsv "$OUT/bench_var.tsv" --rows >"$OUT/bench_var.log" 2>&1
+timeout 90 $V/bench_decode --T $TS --B $BS --tsv $W/bench_var.tsv --rows --stream >"$OUT/bench_var.log" 2>&1
 log "bench var rc=$? $(grep -c '^check.* ok$' "$OUT/bench_var.log") of 4 checks vs CPU ok"
-grep -E "^rows" "$OUT/bench_var.log"
+grep -E "^(small|stream) " "$OUT/bench_var.log"
 if [ $rm_ = 0 ]; then
-    timeout 40 $M/bench_decode --T $TS --B $BS --tsv "$OUT/bench_main.tsv" >"$OUT/bench_main.log" 2>&1
+    timeout 40 $M/bench_decode --T $TS --B $BS --tsv $W/bench_main.tsv >"$OUT/bench_main.log" 2>&1
     log "bench main rc=$?"
 fi
 
-timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $V/test_cuda_recurrent pool_decode pool_spec_verify \
-    strided_inputs bad_device >"$OUT/memcheck_var.log" 2>&1
-log "memcheck var rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_var.log" | tail -n 1)"
+timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $V/test_cuda_recurrent pool_decode pool_spec_verify \
+    strided_inputs bad_device multi_token_paths graph_capture >"$OUT/memcheck_var.log" 2>&1
+log "memcheck var rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_var.log" | tail -n 1) $(tail -n 1 "$OUT/memcheck_var.log")"
+timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 $V/test_cuda_recurrent multi_token_paths \
+    >"$OUT/racecheck_var.log" 2>&1
+log "racecheck var (persistent path) rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck_var.log" | tail -n 1)"
 
 if [ -z "${NO_FLA:-}" ] && [ -d "$FLA" ]; then
     left=$(( 285 - $(el) ))
     if [ $left -gt 30 ]; then
         PYTHONUNBUFFERED=1 PYTHONPATH=$FLA timeout $left python3 bench/fla_decode.py --T $TS --B $BS \
-            --tsv "$OUT/fla.tsv" >"$OUT/fla.log" 2>&1
+            --tsv $W/fla.tsv >"$OUT/fla.log" 2>&1
         log "fla rc=$?"
     fi
 fi
 
 # The table: us per call (CUDA graph replay), hot and cold, var / main and FLA / var.
-python3 - "$OUT" >"$OUT/table.txt" <<'EOF'
+python3 - $W >"$OUT/table.txt" <<'EOF'
 import os, sys
 out = sys.argv[1]
 

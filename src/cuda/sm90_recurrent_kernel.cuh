@@ -285,6 +285,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         row_ok[r] = rows[r] < p.V;
     }
 
+    grid_dependency_sync();
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
         /* Token range, clamped so that any cu_seqlens content stays in bounds. */
         int64_t b = n, bos = 0, eos = p.T;
@@ -379,6 +380,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     if (threadIdx.x < passes)
         mbar_init(&bar[threadIdx.x], 1);
     __syncthreads();
+    grid_dependency_sync();
     uint32_t phase = 0;
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {

@@ -16,8 +16,6 @@
  *   - the decay is applied directly (S <- e S + k u), the state stays in registers across tokens.
  * It serves any T (a token loop) and every option of the fast path, but its per-token work is
  * per warp, not per CTA, so the launcher sends it single-token calls only.
- * Programmatic dependent launch: the kernel waits for the previous grid (griddepcontrol.wait)
- * before its first global access, so the launcher may let it start early.
  */
 #ifndef GDN_SM90_RECURRENT_ROWS_CUH
 #define GDN_SM90_RECURRENT_ROWS_CUH
@@ -122,19 +120,6 @@ __device__ __forceinline__ void prepare_token(const RecurrentParams &p, float a_
     *beta = bt;
 }
 
-/* Lets a grid launched with programmatic stream serialization start before the previous grid
- * ends: wait for it (and its memory) before the first global access; dependents may launch at
- * once, they wait for this grid's completion the same way. No-ops without such a launch. */
-__device__ __forceinline__ void grid_dependency_wait()
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-__device__ __forceinline__ void grid_launch_dependents()
-{
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 /* K: key head dim; StateT: state dtype in memory (VK rows, K contiguous, 16-byte aligned, as for
  * the fast path); InT: q/k/v/o dtype; RPL: rows per lane. A CTA of W warps owns 4 * RPL * W rows
  * of one (sequence, value head). Grid: (row blocks, HV, sequences), looping over sequences beyond
@@ -161,8 +146,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_rows_kernel(const Recurrent
         row_ok[r] = rows[r] < p.V;
     }
 
-    grid_dependency_wait();
-    grid_launch_dependents();
+    grid_dependency_sync();
     const float a_log = p.g ? 0.0f : p.A_log[hv];
     const bool vec_in = inputs_vec<InT, VE>(p);
 
