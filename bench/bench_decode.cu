@@ -15,7 +15,7 @@
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
  * With --rows it times, at T = 1 and the B <= 32 of --B, the latency path (sm90_recurrent_rows.cuh)
  * and the fast path's launcher tile, each with and without programmatic dependent launch; with
- * --stream, at the T > 1 and B >= 64 of --T / --B, the persistent path (sm90_recurrent_stream.cuh)
+ * --stream, at the T and B >= 32 of --T / --B, the persistent path (sm90_recurrent_stream.cuh)
  * with 4 and 8 warps per CTA.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
@@ -515,7 +515,8 @@ static void run_rows(cudaStream_t stream, size_t l2, double copy, const std::vec
     }
 }
 
-/* T > 1, B >= 64 of Bs, T of Ts: the persistent path with 4 and 8 warps per CTA (cold us). */
+/* B >= 32 of Bs, T of Ts: the persistent path with 4 and 8 warps per CTA (cold us); the launcher
+ * takes it for multi-token calls only. */
 static void run_stream(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
                        const std::vector<int64_t> &Bs)
 {
@@ -523,7 +524,7 @@ static void run_stream(cudaStream_t stream, size_t l2, double copy, const std::v
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
-                if (T == 1 || B < 64)
+                if (B < 32)
                     continue;
                 gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
                 double bytes = call_bytes(B, T, sd);
