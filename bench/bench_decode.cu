@@ -13,10 +13,9 @@
  * Before timing, it checks one small case of each state dtype against the CPU backend.
  * With --variants it also times tile shapes the launcher does not pick (fast path: tile rows and
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
- * With --rows it times, at T = 1 and the B <= 32 of --B, the latency path (sm90_recurrent_rows.cuh)
- * and the fast path's launcher tile, each with and without programmatic dependent launch; with
- * --stream, at the T and B >= 32 of --T / --B, the persistent path (sm90_recurrent_stream.cuh)
- * with 4 and 8 warps per CTA.
+ * With --pdl it times, for the T and B of --T / --B, the fast path with the launcher's tile
+ * launched with and without programmatic dependent launch (hot and cold): the data behind the
+ * launcher's tma_use_pdl.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -33,8 +32,7 @@
 #include <vector>
 
 #include "gdn.h"
-#include "cuda/sm90_recurrent_rows.cuh"
-#include "cuda/sm90_recurrent_stream.cuh"
+#include "cuda/sm90_recurrent_kernel.cuh"
 
 #define CK(call)                                                                                                   \
     do {                                                                                                           \
@@ -398,25 +396,8 @@ static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype s
     return us;
 }
 
-/* A launch with programmatic stream serialization (pdl), as the library launches, or plainly. */
-template <typename... Args>
-static void launch_ex(bool pdl, cudaStream_t st, void (*kernel)(Args...), dim3 grid, int threads, size_t smem,
-                      Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-/* The fast path with a tile of `rows` rows and `warps` warps per CTA. */
+/* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
+ * stream serialization (pdl) or plainly. */
 template <typename StateT>
 static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
                        double *hot = NULL)
@@ -428,25 +409,44 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
     return time_kernel(
         stream, B, T, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
-            launch_ex(pdl, st, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, grid, 32 * warps, 0, p, rows);
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3((unsigned)(32 * warps));
+            cfg.stream = st;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, p, rows));
         },
         hot);
 }
 
-/* The persistent path with `warps` warps per CTA, as many CTAs as fit (launched with pdl). */
-template <typename StateT> static double time_stream(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
+/* The fast path's launcher tile (sm90_recurrent_fwd.cu, launch_tma) with and without programmatic
+ * dependent launch, for each T and B: hot / cold us and the CTAs of the grid. */
+static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &Ts, const std::vector<int64_t> &Bs)
 {
-    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
-    constexpr int RPL = default_rows_per_lane<128, StateT>();
-    const int rows = tile_rows<128, StateT>(), nrb = (int)((V + rows - 1) / rows);
-    int sms, per_sm;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    CK((stream_kernel_setup<128, StateT, __nv_bfloat16, RPL>(32 * warps, &per_sm)));
-    const int64_t items = B * HV * nrb;
-    return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        launch_ex(true, st, recurrent_fwd_stream_kernel<128, StateT, __nv_bfloat16, RPL>, dim3((unsigned)(sms * per_sm)),
-                  32 * warps, sizeof(StreamSmem<128, StateT>), p, rows, nrb, items);
-    });
+    printf("\nfast path, launcher tile, without / with programmatic dependent launch (us hot / cold)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                int rows = sdi ? 128 : 64;
+                while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
+                    rows /= 2;
+                const int warps = std::min(sdi == 0 && T == 1 ? 2 : 4, rows / 8);
+                double h0, c0, h1, c1;
+                c0 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, false, &h0)
+                         : time_tma<float>(stream, B, T, rows, warps, l2, false, &h0);
+                c1 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, true, &h1)
+                         : time_tma<float>(stream, B, T, rows, warps, l2, true, &h1);
+                printf("pdl %s T=%lld B=%lld tile %dx%d, %lld CTAs | plain %.2f / %.2f | pdl %.2f / %.2f\n",
+                       sdi ? "bf16" : "f32", (long long)T, (long long)B, rows, warps,
+                       (long long)(B * HV * ((V + rows - 1) / rows)), h0, c0, h1, c1);
+                fflush(stdout);
+            }
+        }
+    }
 }
 
 /* The register path with 16-byte state pieces (RPL rows per lane, `warps` warps per CTA). */
@@ -459,85 +459,6 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
         recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true><<<grid, 32 * warps, 0, st>>>(p);
     });
-}
-
-/* The latency path with 2 rows per lane and `warps` warps per CTA (pdl: see launch_ex). */
-template <typename StateT>
-static double time_rows(cudaStream_t stream, int64_t B, int warps, bool pdl, size_t l2, double *hot)
-{
-    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
-    const int rows = 8 * warps;
-    const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-    return time_kernel(
-        stream, B, 1, sd, l2,
-        [&](cudaStream_t st, const RecurrentParams &p) {
-            launch_ex(pdl, st, recurrent_fwd_rows_kernel<128, StateT, __nv_bfloat16, 2>, grid, 32 * warps, 0, p);
-        },
-        hot);
-}
-
-/* T = 1, each B of Bs up to 32: the latency path (2 rows per lane x 1 or 2 warps) against the
- * fast path with the launcher's tile (16 rows x 2 warps at B = 1 f32, ...), each with and without
- * programmatic dependent launch. */
-static void run_rows(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Bs)
-{
-    printf("\nT=1 small B (us hot / cold, %% of copy cold): rows 2xWARPS, tma ROWSxWARPS; p = programmatic dependent "
-           "launch\n");
-    for (int sdi = 0; sdi < 2; sdi++) {
-        for (int64_t B : Bs) {
-            if (B > 32)
-                continue;
-            gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-            double bytes = call_bytes(B, 1, sd), hot, cold;
-            printf("small %s B=%lld |", sdi ? "bf16" : "f32", (long long)B);
-            for (int w : {1, 2}) {
-                for (int pdl = 0; pdl < 2; pdl++) {
-                    cold = sdi ? time_rows<__nv_bfloat16>(stream, B, w, pdl, l2, &hot)
-                               : time_rows<float>(stream, B, w, pdl, l2, &hot);
-                    printf(" rows 2x%d%s %.2f/%.2f (%.0f%%)", w, pdl ? "p" : "", hot, cold,
-                           100.0 * bytes / (cold * 1e3) / copy);
-                }
-            }
-            /* the launcher's fast-path tile: halve from the full tile while under 256 CTAs */
-            int rows = sdi ? 128 : 64;
-            while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
-                rows /= 2;
-            const int warps = std::min(sdi ? 4 : 2, rows / 8);
-            for (int pdl = 0; pdl < 2; pdl++) {
-                cold = sdi ? time_tma<__nv_bfloat16>(stream, B, 1, rows, warps, l2, pdl, &hot)
-                           : time_tma<float>(stream, B, 1, rows, warps, l2, pdl, &hot);
-                printf(" | tma %dx%d%s %.2f/%.2f (%.0f%%)", rows, warps, pdl ? "p" : "", hot, cold,
-                       100.0 * bytes / (cold * 1e3) / copy);
-            }
-            printf("\n");
-            fflush(stdout);
-        }
-    }
-}
-
-/* B >= 32 of Bs, T of Ts: the persistent path with 4 and 8 warps per CTA (cold us); the launcher
- * takes it for multi-token calls only. */
-static void run_stream(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
-                       const std::vector<int64_t> &Bs)
-{
-    printf("\npersistent path (cold us, %% of copy): WARPS\n");
-    for (int sdi = 0; sdi < 2; sdi++) {
-        for (int64_t T : Ts) {
-            for (int64_t B : Bs) {
-                if (B < 32)
-                    continue;
-                gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-                double bytes = call_bytes(B, T, sd);
-                printf("stream %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
-                for (int w : {4, 8}) {
-                    double us = sdi ? time_stream<__nv_bfloat16>(stream, B, T, w, l2) : time_stream<float>(stream, B, T, w, l2);
-                    printf(" %d %.2f (%.0f%%)", w, us, 100.0 * bytes / (us * 1e3) / copy);
-                }
-                printf("\n");
-                fflush(stdout);
-            }
-        }
-    }
 }
 
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
@@ -587,17 +508,15 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, rows = false, streamv = false;
+    bool variants = false, pdl = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv_path = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
             variants = true;
-        else if (!strcmp(argv[i], "--rows"))
-            rows = true;
-        else if (!strcmp(argv[i], "--stream"))
-            streamv = true;
+        else if (!strcmp(argv[i], "--pdl"))
+            pdl = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -646,10 +565,8 @@ int main(int argc, char **argv)
         fclose(tsv);
     if (variants)
         run_variants(stream, l2, copy);
-    if (rows)
-        run_rows(stream, l2, copy, Bs);
-    if (streamv)
-        run_stream(stream, l2, copy, Ts, Bs);
+    if (pdl)
+        run_pdl(stream, l2, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

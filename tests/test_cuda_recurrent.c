@@ -393,7 +393,7 @@ static int test_strided_inputs(void)
     for (int v = 0; v < 4; v++) {
         tu_case_config cfg;
         memset(&cfg, 0, sizeof cfg);
-        cfg.B = 3, cfg.T = v < 2 ? 3 : 1, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 64; /* T = 1: latency path */
+        cfg.B = 3, cfg.T = v < 2 ? 3 : 1, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 64;
         cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
         cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1;
         cfg.seed = g_seed + 3000 + (uint64_t)v;
@@ -422,10 +422,10 @@ static int test_strided_inputs(void)
     return TU_PASS;
 }
 
-/* The single-token paths on VK states: few (sequence, value head) pairs take the latency path
- * (sm90_recurrent_rows.cuh), many the bulk-copy path; both state dtypes, K = 64 / 128 / 256, GVA,
- * per-step states, no initial state, f32 inputs; varlen calls with T <= N (the latency path's
- * token loop: sequences of 0, 1 and 3 tokens). */
+/* Single-token calls on VK states, small grids and large ones (the fast path is launched with or
+ * without programmatic dependent launch by grid size): both state dtypes, K = 64 / 128 / 256,
+ * GVA, per-step states, no initial state, f32 inputs; varlen calls with T <= N (sequences of 0, 1
+ * and 3 tokens). */
 static int test_single_token_paths(void)
 {
     if (!need_gpu())
@@ -440,7 +440,7 @@ static int test_single_token_paths(void)
         o.initial_state = v % 5 != 4;
         o.dtype = v % 4 == 3 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
         o.H = v < 6 ? 2 : 1;
-        if (v >= 6) { /* 2560 pairs: above the latency path's limit, the bulk-copy path */
+        if (v >= 6) { /* 2560 (sequence, value head) pairs: several waves of CTAs */
             o.B = 160, o.HV = 16, o.K = 64, o.V = v < 9 ? 64 : 128;
             o.steps = 0;
         }
@@ -458,9 +458,9 @@ static int test_single_token_paths(void)
     return TU_PASS;
 }
 
-/* Multi-token calls with at least 2560 work items (tiles of a (sequence, value head)), above the
- * persistent path's threshold on an H100 / H200 (8 items per CTA, 2 CTAs per SM): both state
- * dtypes, per-step states, two chunks of tokens, no initial state, varlen with empty sequences. */
+/* Multi-token calls on at least 2560 tiles of a (sequence, value head) (several waves of CTAs):
+ * both state dtypes, per-step states, two chunks of tokens, no initial state, varlen with empty
+ * sequences. */
 static int test_multi_token_paths(void)
 {
     if (!need_gpu())
@@ -547,7 +547,7 @@ static int test_pool_spec_verify(void)
                                    "verify 2-D + num_accepted KV f32", "verify 2-D without num_accepted",
                                    "2-D + num_accepted T=1 VK f32", "2-D + num_accepted T=1 VK bf16"}[v];
         s.N = 6;
-        s.T = v < 4 ? 4 : 1; /* T = 1: the latency path */
+        s.T = v < 4 ? 4 : 1;
         s.cols = 4;
         s.P = 24;
         s.rank2 = 1;
@@ -566,16 +566,16 @@ static int test_pool_spec_verify(void)
     return TU_PASS;
 }
 
-/* A 2-D pool with num_accepted_tokens, skipped writes and a skipped sequence, on enough value
- * heads (3 x 1024 work items) for the persistent path. */
-static int test_pool_verify_persistent(void)
+/* A 2-D pool with num_accepted_tokens, skipped writes and a skipped sequence, on 3 x 1024
+ * (sequence, value head) pairs: several waves of CTAs. */
+static int test_pool_verify_many_heads(void)
 {
     if (!need_gpu())
         return TU_SKIP;
     for (int v = 0; v < 2; v++) {
         tu_pool_spec s;
         memset(&s, 0, sizeof s);
-        s.label = v ? "verify 2-D persistent bf16" : "verify 2-D persistent f32";
+        s.label = v ? "verify 2-D, 1024 heads, bf16" : "verify 2-D, 1024 heads, f32";
         s.N = 3;
         s.T = 3;
         s.cols = 3;
@@ -640,8 +640,8 @@ static int test_bad_device_indices(void)
 }
 
 /* The call captured in a CUDA graph (no allocation, no sync), replayed on fresh inputs: replays
- * read the current contents of the captured buffers. T = 2 (bulk-copy path) and T = 1 (the
- * latency path, launched with programmatic stream serialization). */
+ * read the current contents of the captured buffers. T = 2 and T = 1 (a small grid: launched with
+ * programmatic stream serialization). */
 static int test_graph_capture(void)
 {
     if (!need_gpu())
@@ -780,7 +780,7 @@ int main(int argc, char **argv)
         {"strided_inputs", test_strided_inputs},
         {"pool_decode", test_pool_decode},
         {"pool_spec_verify", test_pool_spec_verify},
-        {"pool_verify_persistent", test_pool_verify_persistent},
+        {"pool_verify_many_heads", test_pool_verify_many_heads},
         {"bad_device_indices", test_bad_device_indices},
         {"graph_capture", test_graph_capture},
         {"gating", test_gating},

@@ -1,19 +1,14 @@
 /*
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
- * Picks a compile-time instance of a kernel by head dim, state dtype and input dtype, and the
- * path. When every state view has K contiguous and 16-byte aligned rows (the VK pools engines
- * use): single-token calls with few (sequence, value head) pairs take the latency path
- * (sm90_recurrent_rows.cuh), multi-token calls with many the persistent double-buffered path
- * (sm90_recurrent_stream.cuh), the others the bulk-copy fast path (sm90_recurrent_kernel.cuh);
- * else the element-wise generic path (KV layout, unaligned strides). Then a tile / CTA size by
- * batch. Grid: (row blocks, HV, sequences), the kernels looping over sequences beyond 65535, or
- * (persistent) about two CTAs per SM. Every kernel is launched with programmatic stream
- * serialization: its launch overlaps the end of the previous kernel in the stream, and it waits
- * for that grid before its first global access (grid_dependency_sync).
+ * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by head dim, state
+ * dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
+ * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
+ * path (KV layout, unaligned strides); then a tile / CTA size by batch. Grid: (row blocks, HV,
+ * sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
+ * programmatic stream serialization where that measured faster (tma_use_pdl).
  */
 #include "cuda_common.cuh"
-#include "sm90_recurrent_rows.cuh"
-#include "sm90_recurrent_stream.cuh"
+#include "sm90_recurrent_kernel.cuh"
 
 namespace {
 
@@ -29,33 +24,6 @@ bool state_view_vec(const gdn_view &v, int64_t ve)
                        v.s[3] % ve == 0);
 }
 
-bool single_token_call(const gdn_problem *p)
-{
-    return p->cu_seqlens ? p->T <= p->N : p->T == 1;
-}
-
-/* One launch with programmatic stream serialization (see the header). */
-template <typename... Args>
-gdn_status launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, const gdn_problem *p, Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = (cudaStream_t)p->stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, args...), "gdn_recurrent_fwd: kernel launch");
-}
-
-dim3 grid_3d(int64_t row_blocks, const gdn_problem *p)
-{
-    return dim3((unsigned)row_blocks, (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
-}
-
 /* The generic path: state rows element by element, straight to registers. */
 template <int K, typename StateT, typename InT, bool VEC>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
@@ -68,8 +36,22 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
     int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
     if (warps > warps_per_head)
         warps = (int)warps_per_head;
-    return launch(recurrent_fwd_kernel<K, StateT, InT, RPL, VEC>, grid_3d((warps_per_head + warps - 1) / warps, p),
-                  32 * warps, 0, p, prm);
+    const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
+                    (unsigned)(p->N < 65535 ? p->N : 65535));
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
+}
+
+/* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
+ * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs. Measured on
+ * the H100 (dev/decode/README.md; K = V = 128, about 5 resident CTAs per SM, calls back to back
+ * under graph replay): 0.5-1.0 us faster per call when the grid has at most 2 CTAs per SM (B = 1;
+ * bf16 B = 8) and 0-4% faster when it takes more than one wave (B >= 32), but 4-18% slower at
+ * 3.9 CTAs per SM (f32 B = 8; an inference: the next call's CTAs take the free places early and
+ * end up spread unevenly). */
+bool tma_use_pdl(int64_t ctas, int sms)
+{
+    return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
 }
 
 /* The fast path: bulk copies of whole rows into a shared-memory tile. */
@@ -86,84 +68,40 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
     const int64_t v_rounded = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    int warps = sizeof(StateT) == 4 && single_token_call(p) ? 2 : 4;
+    const bool single_token = p->cu_seqlens ? p->T <= p->N : p->T == 1;
+    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
     if (warps > rows / ROWS_PER_WARP)
         warps = rows / ROWS_PER_WARP;
-    const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
+    const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
+    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
-    return launch(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, grid_3d((p->V + rows - 1) / rows, p), 32 * warps, 0,
-                  p, prm, rows);
-}
-
-/* The latency path: rows straight to registers, no shared memory, no barriers. Warps per CTA:
- * the most (up to 4) that still give about 4 CTAs per SM. */
-template <int K, typename StateT, typename InT> gdn_status launch_rows(const RecurrentParams &prm, const gdn_problem *p)
-{
-    constexpr int RPL = default_rows_per_lane<K, StateT>();
-    constexpr int ROWS_PER_WARP = 4 * RPL;
-    int warps = 4;
-    while (warps > 1 && p->N * p->HV * ((p->V + ROWS_PER_WARP * warps - 1) / (ROWS_PER_WARP * warps)) < 528)
-        warps /= 2;
-    return launch(recurrent_fwd_rows_kernel<K, StateT, InT, RPL>,
-                  grid_3d((p->V + ROWS_PER_WARP * warps - 1) / (ROWS_PER_WARP * warps), p), 32 * warps, 0, p, prm);
-}
-
-/* Threads per CTA of the persistent path: 8 warps, so that one pass of a 64-row f32 tile (128
- * rows for bf16) keeps every warp of the CTA busy. */
-constexpr int kStreamThreads = 256;
-
-/* The persistent path, when it has at least kStreamMinItems work items per CTA: a grid of as many
- * CTAs as fit on the device (two per SM at K = 128), each walking work items of a whole tile.
- * *launched is false (and nothing happened) when the call is too small for it. */
-constexpr int64_t kStreamMinItems = 8;
-
-template <int K, typename StateT, typename InT>
-gdn_status launch_stream(const RecurrentParams &prm, const gdn_problem *p, bool *launched)
-{
-    constexpr int RPL = default_rows_per_lane<K, StateT>();
-    constexpr int ROWS_PER_WARP = 4 * RPL;
-    *launched = false;
-    const int64_t v_rounded = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
-    const int rows = (int)(tile_rows<K, StateT>() < v_rounded ? tile_rows<K, StateT>() : v_rounded);
-    const int nrb = (int)((p->V + rows - 1) / rows);
-    const int64_t items = p->N * p->HV * nrb;
-    int sms = 0, per_sm = 0;
-    gdn_status st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
-                                   "gdn_recurrent_fwd: device attribute");
-    if (st == GDN_OK)
-        st = gdn_cuda_check(stream_kernel_setup<K, StateT, InT, RPL>(kStreamThreads, &per_sm),
-                            "gdn_recurrent_fwd: persistent kernel setup");
+    int sms = 0;
+    st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
+                        "gdn_recurrent_fwd: device attribute");
     if (st != GDN_OK)
         return st;
-    const int64_t ctas = (int64_t)sms * per_sm;
-    if (ctas < 1 || items < kStreamMinItems * ctas)
-        return GDN_OK;
-    *launched = true;
-    return launch(recurrent_fwd_stream_kernel<K, StateT, InT, RPL>, dim3((unsigned)ctas), kStreamThreads,
-                  sizeof(StreamSmem<K, StateT>), p, prm, rows, nrb, items);
-}
+    const int64_t ctas = (int64_t)grid.x * grid.y * grid.z;
 
-/* (sequence, value head) pairs up to which single-token calls take the latency path. */
-constexpr int64_t kRowsPathMaxHeads = 32;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(32 * warps);
+    cfg.stream = (cudaStream_t)p->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tma_use_pdl(ctas, sms) ? 1 : 0;
+    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, rows),
+                          "gdn_recurrent_fwd: kernel launch");
+}
 
 template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int VE = 16 / sizeof(StateT);
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
-    if (!vec)
-        return launch_generic<K, StateT, InT, false>(prm, p);
-    if (single_token_call(p)) {
-        if (p->N * p->HV <= kRowsPathMaxHeads)
-            return launch_rows<K, StateT, InT>(prm, p);
-    } else {
-        bool launched;
-        const gdn_status st = launch_stream<K, StateT, InT>(prm, p, &launched);
-        if (st != GDN_OK || launched)
-            return st;
-    }
-    return launch_tma<K, StateT, InT>(prm, p);
+    return vec ? launch_tma<K, StateT, InT>(prm, p) : launch_generic<K, StateT, InT, false>(prm, p);
 }
 
 template <int K, typename StateT> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)

@@ -19,7 +19,9 @@
  *     so the output needs no second reduction; the state stays in registers across the chunk's
  *     tokens and per-step states (c * S~) are stored straight from registers with 16-byte stores.
  * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
- * state tile per CTA into shared memory, so bytes in flight do not cost registers.
+ * state tile per CTA into shared memory, so bytes in flight do not cost registers. It waits for
+ * the previous grid in the stream before its first global access (grid_dependency_sync), so the
+ * launcher may start it early (programmatic dependent launch).
  * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
  * loads straight into registers.
  */
@@ -285,7 +287,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         row_ok[r] = rows[r] < p.V;
     }
 
-    grid_dependency_sync();
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
         /* Token range, clamped so that any cu_seqlens content stays in bounds. */
         int64_t b = n, bos = 0, eos = p.T;
