@@ -13,6 +13,9 @@
  * Before timing, it checks one small case of each state dtype against the CPU backend.
  * With --variants it also times tile shapes the launcher does not pick (fast path: tile rows and
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
+ * With --pdl it times, for the T and B of --T / --B, the fast path with the launcher's tile
+ * launched with and without programmatic dependent launch (hot and cold): the data behind the
+ * launcher's tma_use_pdl.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -363,8 +366,11 @@ static RecurrentParams variant_params(const Set &s)
     return p;
 }
 
-/* Time per call (cold) of the kernel `launch(stream, params)` on the issue's shape. */
-template <typename F> static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, F launch)
+/* Time per call (cold; *hot too when given) of the kernel `launch(stream, params)` on the issue's
+ * shape. */
+template <typename F>
+static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, size_t l2, F launch,
+                          double *hot = NULL)
 {
     double set_bytes = call_bytes(B, T, sd);
     int nsets = std::max(1, (int)ceil(3.0 * (double)l2 / set_bytes));
@@ -380,22 +386,67 @@ template <typename F> static double time_kernel(cudaStream_t stream, int64_t B, 
         launch(stream, prm[(size_t)(i % nsets)]);
         CK(cudaGetLastError());
     });
+    if (hot)
+        *hot = time_graph(stream, launches_for(est_us(B, T, sd)), 7, [&](int) {
+            launch(stream, prm[0]);
+            CK(cudaGetLastError());
+        });
     for (Set &s : sets)
         free_set(s);
     return us;
 }
 
-/* The fast path with a tile of `rows` rows and `warps` warps per CTA. */
+/* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
+ * stream serialization (pdl) or plainly. */
 template <typename StateT>
-static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2)
+static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
+                       double *hot = NULL)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
-    return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL><<<grid, 32 * warps, 0, st>>>(p, rows);
-    });
+    return time_kernel(
+        stream, B, T, sd, l2,
+        [&](cudaStream_t st, const RecurrentParams &p) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3((unsigned)(32 * warps));
+            cfg.stream = st;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 1 : 0;
+            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, p, rows));
+        },
+        hot);
+}
+
+/* The fast path's launcher tile (sm90_recurrent_fwd.cu, launch_tma) with and without programmatic
+ * dependent launch, for each T and B: hot / cold us and the CTAs of the grid. */
+static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &Ts, const std::vector<int64_t> &Bs)
+{
+    printf("\nfast path, launcher tile, without / with programmatic dependent launch (us hot / cold)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                int rows = sdi ? 128 : 64;
+                while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
+                    rows /= 2;
+                const int warps = std::min(sdi == 0 && T == 1 ? 2 : 4, rows / 8);
+                double h0, c0, h1, c1;
+                c0 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, false, &h0)
+                         : time_tma<float>(stream, B, T, rows, warps, l2, false, &h0);
+                c1 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, true, &h1)
+                         : time_tma<float>(stream, B, T, rows, warps, l2, true, &h1);
+                printf("pdl %s T=%lld B=%lld tile %dx%d, %lld CTAs | plain %.2f / %.2f | pdl %.2f / %.2f\n",
+                       sdi ? "bf16" : "f32", (long long)T, (long long)B, rows, warps,
+                       (long long)(B * HV * ((V + rows - 1) / rows)), h0, c0, h1, c1);
+                fflush(stdout);
+            }
+        }
+    }
 }
 
 /* The register path with 16-byte state pieces (RPL rows per lane, `warps` warps per CTA). */
@@ -457,13 +508,15 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false;
+    bool variants = false, pdl = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv_path = argv[++i];
         else if (!strcmp(argv[i], "--variants"))
             variants = true;
+        else if (!strcmp(argv[i], "--pdl"))
+            pdl = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -512,6 +565,8 @@ int main(int argc, char **argv)
         fclose(tsv);
     if (variants)
         run_variants(stream, l2, copy);
+    if (pdl)
+        run_pdl(stream, l2, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

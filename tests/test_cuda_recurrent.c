@@ -390,10 +390,10 @@ static int test_strided_inputs(void)
 {
     if (!need_gpu())
         return TU_SKIP;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 4; v++) {
         tu_case_config cfg;
         memset(&cfg, 0, sizeof cfg);
-        cfg.B = 3, cfg.T = 3, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 64;
+        cfg.B = 3, cfg.T = v < 2 ? 3 : 1, cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 64;
         cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
         cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1;
         cfg.seed = g_seed + 3000 + (uint64_t)v;
@@ -404,8 +404,9 @@ static int test_strided_inputs(void)
         double *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
         tu_case_naive(&c, o_ref, ht_ref, NULL);
         gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-        unsigned char *fused = tu_case_fused_qkv(&c, v == 0 ? 1 : 2, &a.q, &a.k, &a.v); /* q / k element stride */
-        const char *what = v == 0 ? "fused qkv projection" : "q/k element stride 2";
+        unsigned char *fused = tu_case_fused_qkv(&c, v % 2 == 0 ? 1 : 2, &a.q, &a.k, &a.v); /* q / k element stride */
+        const char *what = (const char *[]){"fused qkv projection", "q/k element stride 2", "fused qkv projection T=1",
+                                            "q/k element stride 2 T=1"}[v];
         if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
             char w[120];
             snprintf(w, sizeof w, "%s: o", what);
@@ -418,6 +419,71 @@ static int test_strided_inputs(void)
         free(ht_ref);
         tu_case_free(&c);
     }
+    return TU_PASS;
+}
+
+/* Single-token calls on VK states, small grids and large ones (the fast path is launched with or
+ * without programmatic dependent launch by grid size): both state dtypes, K = 64 / 128 / 256,
+ * GVA, per-step states, no initial state, f32 inputs; varlen calls with T <= N (sequences of 0, 1
+ * and 3 tokens). */
+static int test_single_token_paths(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 2500;
+    static const int64_t Ks[] = {64, 128, 256};
+    for (int v = 0; v < 12; v++) {
+        opts o = base_opts();
+        o.state_dtype = v & 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.K = o.V = Ks[(v / 2) % 3];
+        o.steps = v % 3 == 0;
+        o.initial_state = v % 5 != 4;
+        o.dtype = v % 4 == 3 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+        o.H = v < 6 ? 2 : 1;
+        if (v >= 6) { /* 2560 (sequence, value head) pairs: several waves of CTAs */
+            o.B = 160, o.HV = 16, o.K = 64, o.V = v < 9 ? 64 : 128;
+            o.steps = 0;
+        }
+        run_case(&o, seed++);
+    }
+    static const int32_t lens[][6] = {{3, 0, 1, 0, 0, 1}, {1, 1, 0, 1, 1, 1}};
+    for (int v = 0; v < 4; v++) {
+        opts o = base_opts();
+        o.nseq = 6;
+        memcpy(o.seqlens, lens[v % 2], sizeof lens[0]);
+        o.state_dtype = v < 2 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+        o.steps = v != 1;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* Multi-token calls on at least 2560 tiles of a (sequence, value head) (several waves of CTAs):
+ * both state dtypes, per-step states, two chunks of tokens, no initial state, varlen with empty
+ * sequences. */
+static int test_multi_token_paths(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 2700;
+    for (int v = 0; v < 4; v++) {
+        opts o = base_opts();
+        o.H = 16, o.HV = 32;
+        o.B = v == 0 ? 40 : 80;          /* f32 K = 128: 2 tiles per head; K = 64: 1 */
+        o.K = o.V = v == 0 ? 128 : 64;
+        o.T = v == 1 ? 9 : v == 3 ? 2 : 3;
+        o.state_dtype = v == 1 || v == 3 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.steps = v < 2;
+        o.initial_state = v != 2;
+        run_case(&o, seed++);
+    }
+    opts o = base_opts();
+    o.H = 16, o.HV = 128;
+    o.nseq = 16;
+    static const int32_t lens[16] = {2, 0, 3, 9, 1, 2, 0, 4, 2, 2, 5, 1, 3, 2, 0, 2};
+    memcpy(o.seqlens, lens, sizeof lens);
+    o.steps = 1;
+    run_case(&o, seed++);
     return TU_PASS;
 }
 
@@ -474,27 +540,65 @@ static int test_pool_spec_verify(void)
         {13, 14, 15, 16}, {17, -1, 19, 20}, {21, 22, 99, 23}, /* 99 >= P skips one write */
     };
     static const int32_t nat[6] = {1, 3, 2, 0, 2, 4}; /* seq 3: 0 accepted: skipped; seq 4 starts at -1 */
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 6; v++) {
         tu_pool_spec s;
         memset(&s, 0, sizeof s);
         s.label = (const char *[]){"verify 2-D + num_accepted VK f32", "verify 2-D + num_accepted VK bf16",
-                                   "verify 2-D + num_accepted KV f32", "verify 2-D without num_accepted"}[v];
+                                   "verify 2-D + num_accepted KV f32", "verify 2-D without num_accepted",
+                                   "2-D + num_accepted T=1 VK f32", "2-D + num_accepted T=1 VK bf16"}[v];
         s.N = 6;
-        s.T = 4;
+        s.T = v < 4 ? 4 : 1;
         s.cols = 4;
         s.P = 24;
         s.rank2 = 1;
         for (int n = 0; n < 6; n++)
             memcpy(s.idx[n], idx[n], sizeof idx[n]);
         memcpy(s.nat, nat, sizeof nat);
-        s.use_nat = v < 3;
+        s.use_nat = v < 3 || v >= 4;
         s.inplace = 1;
         s.with_final = 1;
-        s.with_steps = v != 1;
+        s.with_steps = v != 1 && v != 5;
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
-        s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.state_dtype = v == 1 || v == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = 32;
         run_pool(&s, 128, g_seed + 5000 + (uint64_t)v);
+    }
+    return TU_PASS;
+}
+
+/* A 2-D pool with num_accepted_tokens, skipped writes and a skipped sequence, on 3 x 1024
+ * (sequence, value head) pairs: several waves of CTAs. */
+static int test_pool_verify_many_heads(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    for (int v = 0; v < 2; v++) {
+        tu_pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = v ? "verify 2-D, 1024 heads, bf16" : "verify 2-D, 1024 heads, f32";
+        s.N = 3;
+        s.T = 3;
+        s.cols = 3;
+        s.P = 10;
+        s.rank2 = 1;
+        static const int32_t idx[3][3] = {{1, 2, 3}, {4, -1, 5}, {6, 7, 99}}; /* seq 2 reads 99 >= P: skipped */
+        static const int32_t nat[3] = {2, 1, 3};
+        for (int n = 0; n < 3; n++)
+            memcpy(s.idx[n], idx[n], sizeof idx[n]);
+        memcpy(s.nat, nat, sizeof nat);
+        s.use_nat = 1;
+        s.inplace = 1;
+        s.with_final = 1;
+        s.with_steps = 1;
+        s.layout = GDN_STATE_VK;
+        s.state_dtype = v ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.pad = 16;
+        tu_case_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.H = 2, cfg.HV = 1024, cfg.K = 64, cfg.V = 64;
+        cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32;
+        cfg.l2norm = 1, cfg.raw_gates = 1;
+        tu_pool_run(&s, &cfg, g_seed + 5500 + (uint64_t)v, run_cuda, tol_o(cfg.dtype), tol_state(s.state_dtype));
     }
     return TU_PASS;
 }
@@ -535,8 +639,9 @@ static int test_bad_device_indices(void)
     return TU_PASS;
 }
 
-/* The call captured in a CUDA graph (no allocation, no sync), replayed twice on fresh inputs:
- * replays read the current contents of the captured buffers. */
+/* The call captured in a CUDA graph (no allocation, no sync), replayed on fresh inputs: replays
+ * read the current contents of the captured buffers. T = 2 and T = 1 (a small grid: launched with
+ * programmatic stream serialization). */
 static int test_graph_capture(void)
 {
     if (!need_gpu())
@@ -548,6 +653,7 @@ static int test_graph_capture(void)
     cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1;
     for (int round = 0; round < 2; round++) {
         cfg.seed = g_seed + 7000 + (uint64_t)round;
+        cfg.T = round ? 1 : 2;
         tu_case c;
         tu_case_init(&c, &cfg);
         size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V);
@@ -669,9 +775,12 @@ int main(int argc, char **argv)
         {"options", test_options},
         {"extreme_gates", test_extreme_gates},
         {"varlen_and_batch", test_varlen_and_batch},
+        {"single_token_paths", test_single_token_paths},
+        {"multi_token_paths", test_multi_token_paths},
         {"strided_inputs", test_strided_inputs},
         {"pool_decode", test_pool_decode},
         {"pool_spec_verify", test_pool_spec_verify},
+        {"pool_verify_many_heads", test_pool_verify_many_heads},
         {"bad_device_indices", test_bad_device_indices},
         {"graph_capture", test_graph_capture},
         {"gating", test_gating},

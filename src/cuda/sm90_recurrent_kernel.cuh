@@ -19,7 +19,9 @@
  *     so the output needs no second reduction; the state stays in registers across the chunk's
  *     tokens and per-step states (c * S~) are stored straight from registers with 16-byte stores.
  * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
- * state tile per CTA into shared memory, so bytes in flight do not cost registers.
+ * state tile per CTA into shared memory, so bytes in flight do not cost registers. It waits for
+ * the previous grid in the stream before its first global access (grid_dependency_sync), so the
+ * launcher may start it early (programmatic dependent launch).
  * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
  * loads straight into registers.
  */
@@ -379,6 +381,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     if (threadIdx.x < passes)
         mbar_init(&bar[threadIdx.x], 1);
     __syncthreads();
+    grid_dependency_sync();
     uint32_t phase = 0;
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
