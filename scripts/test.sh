@@ -28,6 +28,7 @@ ensure_tools() {
 ensure_tools cmake cmake gcc gcc make make
 
 build=${GDN_BUILD_DIR:-build}
+case $build in /*) ;; *) build=$PWD/$build ;; esac # absolute or relative to the repository root
 jobs=${GDN_JOBS:-$(nproc)}
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
     export PATH="/usr/local/cuda/bin:$PATH" # so CMake finds the CUDA compiler
@@ -54,7 +55,7 @@ if [ -d python/tests ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch python3-pytest >/dev/null
     fi
-    GDN_LIBRARY="$PWD/$build/libgdn.so" PYTHONPATH="$PWD/python" /usr/bin/python3 -m pytest -q python/tests
+    GDN_LIBRARY="$build/libgdn.so" PYTHONPATH="$PWD/python" /usr/bin/python3 -m pytest -q python/tests
 fi
 
 echo "== all tests passed in $(($(date +%s) - start)) s"
