@@ -84,6 +84,14 @@ struct params {
     gdn_dtype state_dtype;
     int64_t h0_s[4], ht_s[4];  /* {seq, hv, k, v} */
     unsigned char *ws;
+    /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
+     * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
+     * head, segment), the segment's affine map as the final S^T of the chain over V + K virtual
+     * value columns: rows 0 .. V - 1 are N^T (real v, zero start), rows V .. V + K - 1 are M^T
+     * (v = 0, identity start), f32, row pitch K. cp_start holds the state entering each segment
+     * (S^T, V x K, f32), written by the scan. */
+    int64_t seg_chunks, nseg;
+    float *cp_pre, *cp_start;
 };
 
 __device__ __forceinline__ float load_any(const void *p, gdn_dtype dt, int64_t i)
@@ -108,7 +116,7 @@ struct seq_info {
     int64_t row, bos, len, slot0;
 };
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 __device__ __forceinline__ int64_t clamp_t(const params &p, int32_t x)
@@ -453,7 +461,7 @@ __device__ __forceinline__ void bar_sync(int id, int threads)
  * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
  * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
  * first K rows (issued right after the barrier) against the chain warps' K reads before it. */
-template <int K, int NW, int KS, typename T>
+template <int K, int NW, int KS, bool PRE, typename T>
 __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel(const params p)
 {
     constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + 1) * 32;
@@ -467,15 +475,30 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     const bool chain_warp = warp < KS * NW, copy_warp = warp == (KS + 1) * NW;
     const int slab = chain_warp ? warp / KS : (copy_warp ? 0 : warp - KS * NW), half = chain_warp ? warp % KS : 0;
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
-    /* V tiles fastest, then value heads: the CTAs that share Q / K / workspace tiles (the V tiles
-     * of a head; the heads of a key head) run side by side, and all but one read them from L2. */
-    const unsigned ntiles = (unsigned)(p.V / BV), pair = blockIdx.x / ntiles;
+    /* V tiles fastest, then value heads, then sequences, then segments: the CTAs that share Q /
+     * K / workspace tiles (the V tiles of a head; the heads of a key head) run side by side, and
+     * all but one read them from L2. PRE (the first pass of context parallelism) runs the chain
+     * over V + K virtual value columns: v0 >= V are the columns of M, with v = 0. */
+    const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
+    const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
+    const int64_t seg = unit / pairs;
     const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
     const int64_t h = hv / p.G;
     const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
-    const seq_info sq = sequence(p, n);
+    const bool v_real = !PRE || v0 < p.V;
+    if (PRE && seg == 0 && !v_real)
+        return; /* the first segment starts from the known state: no M */
+    seq_info sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
+    if (p.seg_chunks > 0) {
+        /* The segment as a sequence of its own: its tokens, its workspace slots. */
+        const int64_t cbeg = min64(nchunks, seg * p.seg_chunks);
+        nchunks = min64(nchunks - cbeg, p.seg_chunks);
+        sq.bos += cbeg * C;
+        sq.len = min64(sq.len - cbeg * C, p.seg_chunks * C);
+        sq.slot0 += cbeg;
+    }
 
     /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = KH half + 8 nt + 2t + {0, 1}. */
     float s[KH / 8][4];
@@ -484,9 +507,16 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
-            s[nt][e] = p.h0 && chain_warp
-                           ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
-                           : 0.f;
+            float x = 0.f;
+            if (chain_warp) {
+                if (PRE && !v_real)
+                    x = vv - p.V == d ? 1.f : 0.f;
+                else if (!PRE && p.seg_chunks > 0)
+                    x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
+                else if (p.h0 && seg == 0)
+                    x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
+            }
+            s[nt][e] = x;
         }
 
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
@@ -502,7 +532,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     const int qk_ch = lt % KC, qk_r0 = lt / KC, v_ch = lt % (BV / 8), v_r0 = lt / (BV / 8);
     const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
     const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
-    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
+    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + (v_real ? v0 : 0) + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
     const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
     const int v_soff = (v_ch >> 1) * C * 16;
 
@@ -516,7 +546,8 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
         for (int it = 0; it < C / QK_RP; ++it) {
             const int r = qk_r0 + QK_RP * it;
             const bool ok = r < cl;
-            cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
+            if constexpr (!PRE) /* no outputs, no Q */
+                cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
             cp_async16(Ks + swz<KC>(r, qk_ch * 8), ok ? kp : k, ok ? 16 : 0);
             qp += q_step;
             kp += k_step;
@@ -525,7 +556,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll
         for (int it = 0; it < C / V_RP; ++it) {
             const int r = v_r0 + V_RP * it;
-            const bool ok = r < cl;
+            const bool ok = r < cl && v_real; /* the columns of M: v = 0 */
             cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
             vp += v_step;
         }
@@ -710,6 +741,10 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                     op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
                     op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
                 }
+        } else if (PRE) {
+            /* No outputs: keep the barrier counts of the hand-offs. */
+            bar_sync(bar_sa, SA_THREADS);
+            bar_sync(bar_va, SLAB_THREADS);
         } else {
             /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
             float oa[8][4];
@@ -775,7 +810,18 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     }
     cp_async_wait<0>();
 
-    if (p.ht && chain_warp) {
+    if (PRE && chain_warp) {
+        /* S^T rows v0 + 16 slab + {g, g + 8}: two adjacent d per register pair. */
+        const unsigned u = blockIdx.x / ntiles; /* recomputed: nothing held across the chunk loop */
+        const int64_t pcs = (int64_t)(u % pairs) * p.nseg + u / pairs;
+#pragma unroll
+        for (int nt = 0; nt < KH / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t;
+                *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[nt][e], s[nt][e + 1]);
+            }
+    } else if (p.ht && chain_warp && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
 #pragma unroll
         for (int nt = 0; nt < KH / 8; ++nt)
 #pragma unroll
@@ -791,6 +837,77 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* cp_scan: the states entering each segment, S_j+1 = M_j S_j + N_j, in f32 (as S^T:            */
+/* S^T_j+1 = S^T_j M_j^T + N_j^T). One CTA per (sequence, value head, 16 value rows of S^T), the */
+/* segments in order; M_j^T is staged in shared memory, S^T stays there between segments.       */
+
+constexpr int SCAN_ROWS = 16, SCAN_THREADS = 256;
+
+template <int K> constexpr int scan_smem_bytes() { return (K * K + SCAN_ROWS * K) * 4; }
+
+template <int K>
+__global__ void __launch_bounds__(SCAN_THREADS) cp_scan_kernel(const params p)
+{
+    constexpr int D4 = K / 4, RG = SCAN_THREADS / D4, RPT = SCAN_ROWS / RG;
+    static_assert(SCAN_ROWS % RG == 0, "scan tile");
+    extern __shared__ __align__(128) unsigned char smem[];
+    float *Ms = reinterpret_cast<float *>(smem); /* M_j^T, K x K */
+    float *Ss = Ms + K * K;                      /* S^T rows c0 .. c0 + 15, 16 x K */
+
+    const unsigned tiles = (unsigned)(p.V / SCAN_ROWS), pair = blockIdx.x / tiles;
+    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
+    const int64_t c0 = (int64_t)(blockIdx.x % tiles) * SCAN_ROWS;
+    const int tid = threadIdx.x, d4 = tid % D4, rg = tid / D4;
+    float *start = p.cp_start + (size_t)pair * p.nseg * p.V * K;
+    const float *pre = p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K;
+
+    /* Segment 0 starts from the initial state (the main pass reads it from here, so a final
+     * state aliasing the initial one is written only after every read); segment 1 from the
+     * end of segment 0's chain, which PRE started from the initial state. */
+    for (int i = tid; i < SCAN_ROWS * K; i += SCAN_THREADS) {
+        const int r = i / K, d = i % K;
+        const int64_t vv = c0 + r;
+        start[vv * K + d] =
+            p.h0 ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]) : 0.f;
+        const float x = pre[vv * K + d];
+        Ss[r * K + d] = x;
+        start[(p.V + vv) * K + d] = x;
+    }
+#pragma unroll 1
+    for (int64_t j = 1; j + 1 < p.nseg; ++j) {
+        const float *pj = pre + (size_t)j * (p.V + K) * K;
+        __syncthreads(); /* the previous segment's reads of Ms and writes of Ss are done */
+        for (int i = tid; i < K * K / 4; i += SCAN_THREADS)
+            reinterpret_cast<float4 *>(Ms)[i] = reinterpret_cast<const float4 *>(pj + p.V * K)[i];
+        float4 acc[RPT];
+#pragma unroll
+        for (int r = 0; r < RPT; ++r)
+            acc[r] = *reinterpret_cast<const float4 *>(pj + (c0 + rg * RPT + r) * K + 4 * d4);
+        __syncthreads();
+#pragma unroll 4
+        for (int e = 0; e < K; ++e) {
+            const float4 mv = reinterpret_cast<const float4 *>(Ms)[e * D4 + d4];
+#pragma unroll
+            for (int r = 0; r < RPT; ++r) {
+                const float sv = Ss[(rg * RPT + r) * K + e];
+                acc[r].x += sv * mv.x;
+                acc[r].y += sv * mv.y;
+                acc[r].z += sv * mv.z;
+                acc[r].w += sv * mv.w;
+            }
+        }
+        __syncthreads();
+        float *sj = start + (size_t)(j + 1) * p.V * K;
+#pragma unroll
+        for (int r = 0; r < RPT; ++r) {
+            const int row = rg * RPT + r;
+            *reinterpret_cast<float4 *>(Ss + row * K + 4 * d4) = acc[r];
+            *reinterpret_cast<float4 *>(sj + (c0 + row) * K + 4 * d4) = acc[r];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Host side                                                                                   */
 
 static int64_t slots_per_head(const gdn_problem *p)
@@ -800,27 +917,113 @@ static int64_t slots_per_head(const gdn_problem *p)
     return p->N * ((p->T + C - 1) / C);
 }
 
-template <typename T, int K, int NW, int KS>
-static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static int sm_count()
+{
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 132;
+    }
+    return sms;
+}
+
+/* Context parallelism: with few (sequence, head) pairs, the serial chunk chain of each pair
+ * would run on a few SMs. Splitting every sequence into segments costs about three times the
+ * chain work (the M columns of the first pass double it), so it pays only when the wide tiles
+ * of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles segments give
+ * one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
+ * host); varlen takes the plain path. */
+constexpr int CP_TILE_NW = 4, CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
+
+struct cp_plan {
+    int64_t nseg, seg_chunks; /* seg_chunks = 0: off */
+};
+
+static cp_plan plan_cp(const gdn_problem *p)
+{
+    cp_plan cp = {1, 0};
+#ifdef GDN_CHUNK_DEV_NO_CP
+    return cp;
+#endif
+    if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % (16 * CP_TILE_NW) != 0 ||
+        p->K % (16 * CP_TILE_NW) != 0 || p->V % SCAN_ROWS != 0)
+        return cp;
+    const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / (16 * CP_TILE_NW));
+    int64_t nseg = min64(sm_count() / tiles, cps / CP_MIN_SEG_CHUNKS);
+    if (nseg < CP_MIN_SEGS)
+        return cp;
+    cp.seg_chunks = (cps + nseg - 1) / nseg;
+    cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
+    return cp;
+}
+
+/* Bytes of the chunk workspace (Tb, Pm, coefficients), then of the CP buffers. */
+static size_t chunk_ws_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK; }
+
+static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
+{
+    if (cp.seg_chunks == 0)
+        return 0;
+    return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
+}
+
+template <typename T, int K>
+static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    if (p->T <= 0 || prm.slots <= 0)
+        return GDN_OK;
+    gdn_status st;
+    auto prep = chunk_prep_kernel<K, T>;
+    constexpr int PB = prep_smem<K>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
+                             "chunk_prep smem")) != GDN_OK)
+        return st;
+    prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "chunk_prep launch");
+}
+
+/* chunk_main over nseg segments (1 without CP) of every (sequence, value head), with PRE the
+ * chain alone over V + K virtual columns. */
+template <typename T, int K, int NW, int KS, bool PRE>
+static gdn_status launch_main(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     gdn_status st;
-    if (p->T > 0 && prm.slots > 0) {
-        auto prep = chunk_prep_kernel<K, T>;
-        constexpr int PB = prep_smem<K>::BYTES;
-        if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
-                                 "chunk_prep smem")) != GDN_OK)
-            return st;
-        prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
-        if ((st = gdn_cuda_check(cudaGetLastError(), "chunk_prep launch")) != GDN_OK)
-            return st;
-    }
-    auto mainf = chunk_main_kernel<K, NW, KS, T>;
+    auto mainf = chunk_main_kernel<K, NW, KS, PRE, T>;
     constexpr int MB = main_smem<K, NW, KS>::BYTES;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
                              "chunk_main smem")) != GDN_OK)
         return st;
-    mainf<<<(unsigned)(p->N * p->HV * (p->V / (16 * NW))), ((KS + 1) * NW + 1) * 32, MB, stream>>>(prm);
+    const int64_t cols = PRE ? p->V + K : p->V;
+    mainf<<<(unsigned)(nseg * p->N * p->HV * (cols / (16 * NW))), ((KS + 1) * NW + 1) * 32, MB, stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
+}
+
+template <typename T, int K, int NW, int KS>
+static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    gdn_status st = launch_prep<T, K>(prm, p, stream);
+    return st != GDN_OK ? st : launch_main<T, K, NW, KS, false>(prm, p, 1, stream);
+}
+
+/* prep; the chain of every segment but the last from a zero state (the first from the initial
+ * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
+template <typename T, int K>
+static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    gdn_status st = launch_prep<T, K>(prm, p, stream);
+    if (st != GDN_OK ||
+        (st = launch_main<T, K, CP_TILE_NW, 1, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
+        return st;
+    auto scan = cp_scan_kernel<K>;
+    constexpr int SB = scan_smem_bytes<K>();
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, SB),
+                             "cp_scan smem")) != GDN_OK)
+        return st;
+    scan<<<(unsigned)(p->N * p->HV * (p->V / SCAN_ROWS)), SCAN_THREADS, SB, stream>>>(prm);
+    if ((st = gdn_cuda_check(cudaGetLastError(), "cp_scan launch")) != GDN_OK)
+        return st;
+    return launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
 }
 
 template <typename T, int K>
@@ -829,13 +1032,14 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
     /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
      * best; with few (sequence, head) pairs, narrower tiles spread the serial chunk chain over
      * more SMs, down to one slab per CTA when that still fits one wave, and two chain warps per
-     * slab shorten it. */
-    static int sms = 0;
-    if (sms == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 132;
-    }
+     * slab shorten it. GDN_CHUNK_DEV_NW / _KS force a tile in dev builds (bench comparisons). */
+    if (prm.seg_chunks > 0)
+        return launch_cp<T, K>(prm, p, stream);
+#if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
+    if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)
+        return launch<T, K, GDN_CHUNK_DEV_NW, GDN_CHUNK_DEV_KS>(prm, p, stream);
+#endif
+    const int sms = sm_count();
     const int64_t pairs = p->N * p->HV;
     if (p->V % 64 == 0 && pairs * (p->V / 64) >= sms / 2)
         return launch<T, K, 4, 1>(prm, p, stream);
@@ -850,7 +1054,7 @@ using namespace gdn_chunk;
 
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p)
 {
-    return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK;
+    return chunk_ws_bytes(p) + cp_ws_bytes(p, plan_cp(p));
 }
 
 static bool aligned16(const void *ptr, const int64_t *s, int n)
@@ -934,6 +1138,13 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.ht_s[i] = p->final_state.s[i];
     }
     prm.ws = static_cast<unsigned char *>(p->workspace);
+    const cp_plan cp = plan_cp(p);
+    prm.seg_chunks = cp.seg_chunks;
+    prm.nseg = cp.nseg;
+    if (cp.seg_chunks > 0) {
+        prm.cp_pre = reinterpret_cast<float *>(prm.ws + chunk_ws_bytes(p));
+        prm.cp_start = prm.cp_pre + (size_t)(p->N * p->HV * cp.nseg) * (size_t)(p->V + p->K) * (size_t)p->K;
+    }
 
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const bool bf16 = p->q.dtype == GDN_DTYPE_BF16;
