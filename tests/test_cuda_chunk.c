@@ -375,30 +375,47 @@ static int test_long(void)
 }
 
 /* Context parallelism: with few (sequence, head) pairs and long sequences the CUDA path splits
- * each sequence into segments (affine map per segment, scan, main pass). Lengths that are not
- * multiples of 64 nor of the segment length, initial and final states (also aliased), GVA,
- * K = V = 64, bf16 state, raw gates. */
+ * each sequence into segments (affine map per segment, scan, main pass). Long-memory gates
+ * (g ~ -0.0025) so that each segment's state carries into the next (with logsigmoid(randn)
+ * gates it is forgotten within a chunk and M ~ 0); lengths that are not multiples of 64 nor of
+ * the segment length, initial and final states (also aliased), GVA, K = V = 64, bf16 state,
+ * raw gates. */
+static tu_case_config cp_case(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t seed)
+{
+    tu_case_config c = base(T, H, HV, K, seed);
+    c.gate_mean = 6.f;
+    return c;
+}
+
 static int test_cp(void)
 {
     int rc = TU_PASS;
-    tu_case_config c = base(3000, 2, 4, 128, 500);
+    tu_case_config c = cp_case(3000, 2, 4, 128, 500);
     rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){0, 1, 1e-2, 1, 0}));
-    c = base(2500, 1, 2, 128, 501);
+    c = cp_case(2500, 1, 2, 128, 501);
     c.B = 2;
     c.layout = GDN_STATE_VK;
     rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){0, 0, 1e-2, 1, 1}));
-    c = base(2113, 1, 1, 64, 502);
+    c = cp_case(2113, 1, 1, 64, 502);
+    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = base(2113, 1, 2, 128, 503);
     c.raw_gates = 1;
-    rc = combine(rc, run_case("cp K=V=64 T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0}));
-    c = base(4097, 1, 4, 128, 503);
+    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(4097, 1, 4, 128, 504);
     c.state_dtype = GDN_DTYPE_BF16;
     rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){0, 0, 1e-2, 1, 0}));
-    c = base(2200, 1, 1, 128, 504);
+    c = cp_case(2200, 1, 1, 128, 505);
     c.initial_state = 0;
     rc = combine(rc, run_case("cp no initial state", c, (opts){0, 0, 1e-2, 1, 0}));
-    c = base(2200, 1, 2, 128, 505);
+    c = cp_case(2200, 1, 2, 128, 506);
     rc = combine(rc, run_case("cp no final state", c, (opts){1, 0, 1e-2, 0, 0}));
     return rc;
+}
+
+/* The smallest CP case (8 segments of 4 chunks, one head, K = V = 64), for racecheck. */
+static int test_cp_small(void)
+{
+    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){0, 1, 1e-2, 1, 0});
 }
 
 /* Long sequences, few heads (the CP path): errors printed, to compare with a build without CP. */
@@ -411,9 +428,10 @@ static int test_cp_long(void)
     c = base(16384, 1, 4, 128, 511);
     c.initial_state = 0;
     rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){0, 0, 1e-2, 1, 0}));
-    c = base(20000, 1, 2, 128, 512);
-    c.gate_mean = 6.f; /* long memory: the state carries across many segments */
+    c = cp_case(20000, 1, 2, 128, 512);
     rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(8192, 2, 8, 128, 513);
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){0, 0, 1e-2, 1, 0}));
     return rc;
 }
 
@@ -436,7 +454,8 @@ int main(int argc, char **argv)
         {"mid_heads", test_mid_heads},
         {"many_heads", test_many_heads},
         {"long", test_long},
-        {"cp", test_cp},
+        {"cp_cases", test_cp},
+        {"cp_small", test_cp_small},
         {"cp_long", test_cp_long},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);

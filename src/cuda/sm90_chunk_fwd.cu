@@ -416,15 +416,19 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
 /* ------------------------------------------------------------------------------------------ */
 /* chunk_main                                                                                  */
 
-template <int K, int NW, int KS> struct main_smem {
-    static constexpr int QK = C * K * 2;
+/* PRE (no outputs) keeps no Q tile, no O staging and no hand-off buffers, and a two-stage ring:
+ * small enough for two CTAs per SM. */
+template <int K, int NW, int KS, bool PRE> struct main_smem {
+    static constexpr int KB = C * K * 2;                     /* K tile (and Q tile) bytes */
+    static constexpr int QB = PRE ? 0 : KB;
     static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per slab */
-    static constexpr int STAGE = 2 * QK + VT + WS_SMEM;      /* Q, K, V, then Tb, Pm, coef */
-    static constexpr int SA = K / 16 * 32 * 16;              /* S^T A fragments of one slab */
-    static constexpr int VA = 4 * 32 * 16;                   /* Vn^T A fragments of one slab */
+    static constexpr int STAGE = QB + KB + VT + WS_SMEM;     /* Q, K, V, then Tb, Pm, coef */
+    static constexpr int OT = PRE ? 0 : VT;                  /* O staging */
+    static constexpr int SA = PRE ? 0 : K / 16 * 32 * 16;    /* S^T A fragments of one slab */
+    static constexpr int VA = PRE ? 0 : 4 * 32 * 16;         /* Vn^T A fragments of one slab */
     static constexpr int YX = KS > 1 ? KS * 8 * 32 * 16 : 0; /* partial Y^T of each chain warp of a slab */
-    static constexpr int STAGES = 3;
-    static constexpr int MAP = STAGES * STAGE + VT + NW * (SA + VA + YX); /* after O staging, hand-off */
+    static constexpr int STAGES = PRE ? 2 : 3;
+    static constexpr int MAP = STAGES * STAGE + OT + NW * (SA + VA + YX); /* after O staging, hand-off */
     static constexpr int BYTES = MAP + WS_MAP_BYTES;
 };
 
@@ -461,18 +465,22 @@ __device__ __forceinline__ void bar_sync(int id, int threads)
  * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
  * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
  * first K rows (issued right after the barrier) against the chain warps' K reads before it. */
+template <int NW, int KS, bool PRE> constexpr int main_threads() { return ((KS + (PRE ? 0 : 1)) * NW + 1) * 32; }
+
 template <int K, int NW, int KS, bool PRE, typename T>
-__global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel(const params p)
+__global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chunk_main_kernel(const params p)
 {
-    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + 1) * 32;
+    /* PRE has no output warps: the slab is its chain warps. */
+    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + (PRE ? 0 : 1)) * 32;
     constexpr int SA_THREADS = SLAB_THREADS + 32; /* the S^T hand-off: a slab and the copy warp */
-    constexpr int THREADS = ((KS + 1) * NW + 1) * 32;
+    constexpr int THREADS = main_threads<NW, KS, PRE>();
     static_assert((KS == 1 || KS == 2) && KH % 16 == 0, "key split");
-    using L = main_smem<K, NW, KS>;
+    using L = main_smem<K, NW, KS, PRE>;
+    constexpr int AHEAD = L::STAGES - 1; /* chunks in flight ahead of the one computed */
     extern __shared__ __align__(128) unsigned char smem[];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool chain_warp = warp < KS * NW, copy_warp = warp == (KS + 1) * NW;
+    const bool chain_warp = warp < KS * NW, copy_warp = warp == THREADS / 32 - 1;
     const int slab = chain_warp ? warp / KS : (copy_warp ? 0 : warp - KS * NW), half = chain_warp ? warp % KS : 0;
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
     /* V tiles fastest, then value heads, then sequences, then segments: the CTAs that share Q /
@@ -539,7 +547,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
     auto load_chunk = [&](int64_t c, int stage) {
         unsigned char *base = smem + stage * L::STAGE;
-        T *Qs = reinterpret_cast<T *>(base), *Ks = Qs + C * K, *Vs = Ks + C * K;
+        T *Qs = reinterpret_cast<T *>(base), *Ks = reinterpret_cast<T *>(base + L::QB), *Vs = Ks + C * K;
         const int cl = (int)min64(C, sq.len - c * C);
         const T *qp = q_base + c * C * p.q_t, *kp = k_base + c * C * p.k_t;
 #pragma unroll
@@ -563,7 +571,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
         /* The workspace chunk is contiguous: copy u goes to ws_map[u]. No branches: a divergent
          * branch per copy (16 per chunk and thread) cost about 1 us per chunk on an H200. */
         const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * lt;
-        unsigned char *dst = base + 2 * L::QK + L::VT;
+        unsigned char *dst = base + L::QB + L::KB + L::VT;
 #pragma unroll 4
         for (int u = lt; u < WS_COPIES; u += NL) {
             cp_async16(dst + ws_map[u], wsc, 16);
@@ -588,16 +596,19 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     __syncthreads();
 
     if (copy_warp) {
+        static_assert(AHEAD == 1 || AHEAD == 2, "ring depth");
         if (nchunks > 0)
             load_chunk(0, 0);
         cp_async_commit();
-        if (nchunks > 1)
-            load_chunk(1, 1);
-        cp_async_commit();
+        if constexpr (AHEAD == 2) {
+            if (nchunks > 1)
+                load_chunk(1, 1);
+            cp_async_commit();
+        }
     }
 
     T *Ow = reinterpret_cast<T *>(smem + L::STAGES * L::STAGE) + slab * C * 16;
-    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::VT + slab * (L::SA + L::VA + L::YX));
+    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::OT + slab * (L::SA + L::VA + L::YX));
     uint4 *VAs = SAs + K / 16 * 32;
     float4 *Yx = reinterpret_cast<float4 *>(VAs + 4 * 32); /* [KS][8][32 lanes] */
     const int bar_sa = 1 + slab, bar_va = 1 + NW + slab, bar_y = 1 + 2 * NW + slab;
@@ -606,24 +617,24 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll 1
     for (int64_t c = 0; c < nchunks; ++c) {
         if (copy_warp)
-            cp_async_wait<1>();
+            cp_async_wait<AHEAD - 1>();
         __syncthreads();
 
         const unsigned char *base = smem + (c % L::STAGES) * L::STAGE;
-        const T *Qs = reinterpret_cast<const T *>(base), *Ks = Qs + C * K;
+        const T *Qs = reinterpret_cast<const T *>(base), *Ks = reinterpret_cast<const T *>(base + L::QB);
         const T *Vw = Ks + C * K + slab * C * 16;
-        const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
+        const T *Tb = reinterpret_cast<const T *>(base + L::QB + L::KB + L::VT), *Pm = Tb + C * C;
         const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
 
         if (copy_warp) {
-            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished before the
-             * __syncthreads that opened chunk c and before its arrival at the S^T hand-off
+            /* Stage (c + AHEAD) % STAGES last held chunk c - 1, which every warp finished before
+             * the __syncthreads that opened chunk c and before its arrival at the S^T hand-off
              * barrier of its slab for chunk c (every chunk, so the counts stay matched). */
 #pragma unroll
             for (int sl = 0; sl < NW; ++sl)
                 bar_sync(1 + sl, SA_THREADS);
-            if (c + 2 < nchunks)
-                load_chunk(c + 2, (int)((c + 2) % L::STAGES));
+            if (c + AHEAD < nchunks)
+                load_chunk(c + AHEAD, (int)((c + AHEAD) % L::STAGES));
             cp_async_commit();
         } else if (chain_warp) {
             /* S^T as A fragments (k = d), handed to the output warp. */
@@ -634,7 +645,8 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                 sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
                 sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
                 sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
-                SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
+                if constexpr (!PRE)
+                    SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
             }
             bar_arrive(bar_sa, SA_THREADS);
 
@@ -706,14 +718,15 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                     op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
                     op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
                 }
-            if (half == 0) {
+            if (!PRE && half == 0) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
                                                     op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
                                                     op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
             }
-            bar_arrive(bar_va, SLAB_THREADS);
+            if constexpr (!PRE)
+                bar_arrive(bar_va, SLAB_THREADS);
 
             /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
             const float gc = cu[C];
@@ -741,11 +754,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                     op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
                     op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
                 }
-        } else if (PRE) {
-            /* No outputs: keep the barrier counts of the hand-offs. */
-            bar_sync(bar_sa, SA_THREADS);
-            bar_sync(bar_va, SLAB_THREADS);
-        } else {
+        } else if (!PRE) {
             /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
             float oa[8][4];
 #pragma unroll
@@ -990,12 +999,12 @@ static gdn_status launch_main(const params &prm, const gdn_problem *p, int64_t n
 {
     gdn_status st;
     auto mainf = chunk_main_kernel<K, NW, KS, PRE, T>;
-    constexpr int MB = main_smem<K, NW, KS>::BYTES;
+    constexpr int MB = main_smem<K, NW, KS, PRE>::BYTES;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
                              "chunk_main smem")) != GDN_OK)
         return st;
     const int64_t cols = PRE ? p->V + K : p->V;
-    mainf<<<(unsigned)(nseg * p->N * p->HV * (cols / (16 * NW))), ((KS + 1) * NW + 1) * 32, MB, stream>>>(prm);
+    mainf<<<(unsigned)(nseg * p->N * p->HV * (cols / (16 * NW))), main_threads<NW, KS, PRE>(), MB, stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
 }
 
@@ -1030,9 +1039,11 @@ template <typename T, int K>
 static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
     /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
-     * best; with few (sequence, head) pairs, narrower tiles spread the serial chunk chain over
-     * more SMs, down to one slab per CTA when that still fits one wave, and two chain warps per
-     * slab shorten it. GDN_CHUNK_DEV_NW / _KS force a tile in dev builds (bench comparisons). */
+     * best; with fewer (sequence, head) pairs, narrower tiles spread the serial chunk chain over
+     * more SMs: two slabs per CTA in the middle range (on an H100 at 32 pairs, <2, 1> measured
+     * 0.2-1.9 % faster than <2, 2> and 16-18 % faster than <4, 1>), down to one slab per CTA
+     * with two chain warps (key split) when that still fits one wave. GDN_CHUNK_DEV_NW / _KS
+     * force a tile in dev builds (bench comparisons). */
     if (prm.seg_chunks > 0)
         return launch_cp<T, K>(prm, p, stream);
 #if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
@@ -1045,7 +1056,7 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
         return launch<T, K, 4, 1>(prm, p, stream);
     if (pairs * (p->V / 16) <= sms)
         return launch<T, K, 1, 2>(prm, p, stream);
-    return launch<T, K, 2, 2>(prm, p, stream);
+    return launch<T, K, 2, 1>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
