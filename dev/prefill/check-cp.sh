@@ -6,6 +6,7 @@
 #   var    this worktree
 #   nocp   this worktree with -DGDN_CHUNK_DEV_NO_CP (the plain path: accuracy and time baseline)
 #   t22    this worktree with the tile forced to <NW=2, KS=2>   (32-pair shapes only: main's tile there)
+#   s16    this worktree with 16 CP segments where CP is taken (-DGDN_CHUNK_DEV_SEGS=16)
 # then runs test_cuda_chunk (var; cp / cp_long of nocp for the error baseline), compute-sanitizer
 # memcheck and racecheck, bench_prefill, and with FLA=1 bench/fla_prefill.py beside var. Logs go
 # to $OUT/logs.tgz (few files come back from the device), the table to $OUT/summary.txt.
@@ -33,6 +34,7 @@ flags() {
     case $1 in
     nocp) echo "-DGDN_CHUNK_DEV_NO_CP" ;;
     t22) echo "-DGDN_CHUNK_DEV_NW=2 -DGDN_CHUNK_DEV_KS=2" ;;
+    s16) echo "-DGDN_CHUNK_DEV_SEGS=16" ;;
     esac
 }
 build() {
@@ -47,10 +49,10 @@ build() {
         nvcc -O3 -std=c++17 $ARCH -I$d/include $d/bench/bench_prefill.cu $d/build/libgdn_static.a -lpthread \
             -o $d/build/bench_prefill >>"$LOGS/build_$1.log" 2>&1
 }
-VARIANTS="main var nocp t22"
+VARIANTS="main var nocp t22 s16"
 for v in $VARIANTS; do build $v & eval "pid_$v=$!"; done
 for v in $VARIANTS; do eval "wait \$pid_$v"; eval "rc_$v=$?"; done
-log "build rc: main=$rc_main var=$rc_var nocp=$rc_nocp t22=$rc_t22"
+log "build rc: main=$rc_main var=$rc_var nocp=$rc_nocp t22=$rc_t22 s16=$rc_s16"
 [ $rc_var = 0 ] || { tail -n 30 "$LOGS/build_var.log"; exit 1; }
 V=/tmp/gdn_var/build
 
@@ -78,6 +80,7 @@ bench() { # variant, out name, shape substring
 bench main main
 bench var var
 bench nocp nocp B1_T
+bench s16 s16 H2_HV8
 for s in B1_T32768 B2_T16384; do bench t22 "t22_$s" $s; done
 cat $LOGS/b_t22_*.txt >$LOGS/b_t22.txt 2>/dev/null
 log "bench done"
@@ -95,7 +98,7 @@ echo "== bench_prefill graph_ms (eager_ms): variant columns" | tee -a "$OUT/summ
 python3 - "$LOGS" <<'EOF' | tee -a "$OUT/summary.txt"
 import sys, os
 out = sys.argv[1]
-names = ["main", "var", "nocp", "t22"]
+names = ["main", "var", "nocp", "t22", "s16"]
 rows, data = [], {}
 for n in names:
     f = os.path.join(out, f"b_{n}.txt")

@@ -962,6 +962,9 @@ static cp_plan plan_cp(const gdn_problem *p)
     int64_t nseg = min64(sm_count() / tiles, cps / CP_MIN_SEG_CHUNKS);
     if (nseg < CP_MIN_SEGS)
         return cp;
+#ifdef GDN_CHUNK_DEV_SEGS /* dev builds: another segment count, for bench comparisons */
+    nseg = min64(GDN_CHUNK_DEV_SEGS, cps);
+#endif
     cp.seg_chunks = (cps + nseg - 1) / nseg;
     cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
     return cp;
