@@ -49,10 +49,10 @@ build() {
         nvcc -O3 -std=c++17 $ARCH -I$d/include $d/bench/bench_prefill.cu $d/build/libgdn_static.a -lpthread \
             -o $d/build/bench_prefill >>"$LOGS/build_$1.log" 2>&1
 }
-VARIANTS="main var nocp t22 s16"
+VARIANTS=${VARIANTS:-main var nocp t22 s16}
 for v in $VARIANTS; do build $v & eval "pid_$v=$!"; done
-for v in $VARIANTS; do eval "wait \$pid_$v"; eval "rc_$v=$?"; done
-log "build rc: main=$rc_main var=$rc_var nocp=$rc_nocp t22=$rc_t22 s16=$rc_s16"
+rc_nocp=1
+for v in $VARIANTS; do eval "wait \$pid_$v"; eval "rc_$v=$?"; eval "log \"build $v rc=\$rc_$v\""; done
 [ $rc_var = 0 ] || { tail -n 30 "$LOGS/build_var.log"; exit 1; }
 V=/tmp/gdn_var/build
 
@@ -81,6 +81,16 @@ bench main main
 bench var var
 bench nocp nocp B1_T
 bench s16 s16 H2_HV8
+if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+    # Per-kernel durations of one call (the first: prep, PRE, scan, main) at the two few-head shapes.
+    for s in T8192_H2 T65536_H2; do
+        timeout 60 ncu --metrics gpu__time_duration.sum -k regex:"chunk_|cp_scan" --launch-count 4 \
+            $V/bench_prefill - $s >$LOGS/ncu_$s.log 2>&1
+        echo "ncu $s (us): $(grep -E 'chunk_|cp_scan|gpu__time_duration' $LOGS/ncu_$s.log |
+            sed -E 's/.*(chunk_prep|chunk_main_kernel<[^>]*>|cp_scan_kernel<[^>]*>).*/\1/; s/ *gpu__time_duration.sum *//' |
+            paste -sd' ')" | tee -a "$OUT/summary.txt"
+    done
+fi
 for s in B1_T32768 B2_T16384; do bench t22 "t22_$s" $s; done
 cat $LOGS/b_t22_*.txt >$LOGS/b_t22.txt 2>/dev/null
 log "bench done"

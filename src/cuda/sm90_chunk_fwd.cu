@@ -27,10 +27,24 @@
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (value heads of a key
  * head in chunk_prep; V tiles, then value heads in chunk_main), so those tiles come from L2.
  *
+ * Context parallelism (few (sequence, head) pairs, fixed-length sequences; plan_cp): the serial
+ * chunk chain of a pair would keep only a few SMs busy, so each sequence is split into segments
+ * of whole chunks. A segment maps its entering state affinely, S_out = M S_in + N (GDN_MATH.md's
+ * chunk recurrence is linear in S). Between chunk_prep and chunk_main:
+ *   chunk_main<PRE>  per (segment but the last, sequence, value head): the chain alone over
+ *                    V + K virtual value columns, the real ones from a zero state (the first
+ *                    segment from the initial state) giving N, K more with v = 0 from the
+ *                    identity giving M; its final S^T (f32) to the workspace.
+ *   cp_scan          per (sequence, value head, 8 value rows): S_j+1 = M_j S_j + N_j in f32,
+ *                    the state entering every segment to the workspace.
+ *   chunk_main       per (segment, sequence, value head, V tile), started from that state.
+ * Everything stays in f32 between the passes; deterministic (no atomics, fixed orders).
+ *
  * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
  * starts at slot floor(cu[n] / 64) + n, which leaves room for its ceil(len / 64) chunks; the
  * workspace holds floor(T / 64) + N + 1 slots per value head. cu_seqlens is read on the device only
- * and clamped into [0, T]. No atomics: results are bitwise reproducible.
+ * and clamped into [0, T]. No atomics: results are bitwise reproducible. With CP, the workspace
+ * also holds K (2 V + K) floats per (sequence, value head, segment).
  */
 #include "cuda_common.cuh"
 #include "sm90_chunk_mma.cuh"
@@ -464,7 +478,9 @@ __device__ __forceinline__ void bar_sync(int id, int threads)
  * hand-off barrier of chunk c, which the slab's chain warps reach after their last read of that
  * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
  * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
- * first K rows (issued right after the barrier) against the chain warps' K reads before it. */
+ * first K rows (issued right after the barrier) against the chain warps' K reads before it.
+ * PRE (context parallelism's first pass) has no output warps and no Q: the chain warps and the
+ * copy warp over a two-stage ring (chunk c + 1 loads while c is computed), two CTAs per SM. */
 template <int NW, int KS, bool PRE> constexpr int main_threads() { return ((KS + (PRE ? 0 : 1)) * NW + 1) * 32; }
 
 template <int K, int NW, int KS, bool PRE, typename T>
@@ -847,33 +863,45 @@ __global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chun
 
 /* ------------------------------------------------------------------------------------------ */
 /* cp_scan: the states entering each segment, S_j+1 = M_j S_j + N_j, in f32 (as S^T:            */
-/* S^T_j+1 = S^T_j M_j^T + N_j^T). One CTA per (sequence, value head, 16 value rows of S^T), the */
-/* segments in order; M_j^T is staged in shared memory, S^T stays there between segments.       */
+/* S^T_j+1 = S^T_j M_j^T + N_j^T). One CTA per (sequence, value head, 8 value rows of S^T), the  */
+/* segments in order; M_j^T is staged in shared memory (the next one is already loading into    */
+/* registers while this one is applied), S^T stays there between segments. Each thread owns 4   */
+/* adjacent d of one row: a float4 of M^T per step of the sum, no bank conflicts.               */
 
-constexpr int SCAN_ROWS = 16, SCAN_THREADS = 256;
+constexpr int SCAN_ROWS = 8;
 
+template <int K> constexpr int scan_threads() { return SCAN_ROWS * K / 4; }
 template <int K> constexpr int scan_smem_bytes() { return (K * K + SCAN_ROWS * K) * 4; }
 
 template <int K>
-__global__ void __launch_bounds__(SCAN_THREADS) cp_scan_kernel(const params p)
+__global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const params p)
 {
-    constexpr int D4 = K / 4, RG = SCAN_THREADS / D4, RPT = SCAN_ROWS / RG;
-    static_assert(SCAN_ROWS % RG == 0, "scan tile");
+    constexpr int D4 = K / 4, THREADS = scan_threads<K>(), ML = K * K / 4 / THREADS;
     extern __shared__ __align__(128) unsigned char smem[];
-    float *Ms = reinterpret_cast<float *>(smem); /* M_j^T, K x K */
-    float *Ss = Ms + K * K;                      /* S^T rows c0 .. c0 + 15, 16 x K */
+    float4 *Ms = reinterpret_cast<float4 *>(smem);   /* M_j^T, K x K */
+    float *Ss = reinterpret_cast<float *>(Ms + K * D4); /* S^T rows c0 .. c0 + 7, 8 x K */
 
     const unsigned tiles = (unsigned)(p.V / SCAN_ROWS), pair = blockIdx.x / tiles;
     const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
     const int64_t c0 = (int64_t)(blockIdx.x % tiles) * SCAN_ROWS;
-    const int tid = threadIdx.x, d4 = tid % D4, rg = tid / D4;
+    const int tid = threadIdx.x, d4 = tid % D4, row = tid / D4;
     float *start = p.cp_start + (size_t)pair * p.nseg * p.V * K;
     const float *pre = p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K;
+
+    float4 mr[ML];
+    auto fetch_m = [&](int64_t j) {
+        const float4 *src = reinterpret_cast<const float4 *>(pre + ((size_t)j * (p.V + K) + p.V) * K);
+#pragma unroll
+        for (int i = 0; i < ML; ++i)
+            mr[i] = src[tid + i * THREADS];
+    };
+    if (p.nseg > 2)
+        fetch_m(1);
 
     /* Segment 0 starts from the initial state (the main pass reads it from here, so a final
      * state aliasing the initial one is written only after every read); segment 1 from the
      * end of segment 0's chain, which PRE started from the initial state. */
-    for (int i = tid; i < SCAN_ROWS * K; i += SCAN_THREADS) {
+    for (int i = tid; i < SCAN_ROWS * K; i += THREADS) {
         const int r = i / K, d = i % K;
         const int64_t vv = c0 + r;
         start[vv * K + d] =
@@ -885,34 +913,26 @@ __global__ void __launch_bounds__(SCAN_THREADS) cp_scan_kernel(const params p)
 #pragma unroll 1
     for (int64_t j = 1; j + 1 < p.nseg; ++j) {
         const float *pj = pre + (size_t)j * (p.V + K) * K;
+        float4 acc = *reinterpret_cast<const float4 *>(pj + (c0 + row) * K + 4 * d4);
         __syncthreads(); /* the previous segment's reads of Ms and writes of Ss are done */
-        for (int i = tid; i < K * K / 4; i += SCAN_THREADS)
-            reinterpret_cast<float4 *>(Ms)[i] = reinterpret_cast<const float4 *>(pj + p.V * K)[i];
-        float4 acc[RPT];
 #pragma unroll
-        for (int r = 0; r < RPT; ++r)
-            acc[r] = *reinterpret_cast<const float4 *>(pj + (c0 + rg * RPT + r) * K + 4 * d4);
+        for (int i = 0; i < ML; ++i)
+            Ms[tid + i * THREADS] = mr[i];
         __syncthreads();
-#pragma unroll 4
+        if (j + 2 < p.nseg)
+            fetch_m(j + 1);
+#pragma unroll 8
         for (int e = 0; e < K; ++e) {
-            const float4 mv = reinterpret_cast<const float4 *>(Ms)[e * D4 + d4];
-#pragma unroll
-            for (int r = 0; r < RPT; ++r) {
-                const float sv = Ss[(rg * RPT + r) * K + e];
-                acc[r].x += sv * mv.x;
-                acc[r].y += sv * mv.y;
-                acc[r].z += sv * mv.z;
-                acc[r].w += sv * mv.w;
-            }
+            const float4 mv = Ms[e * D4 + d4];
+            const float sv = Ss[row * K + e];
+            acc.x += sv * mv.x;
+            acc.y += sv * mv.y;
+            acc.z += sv * mv.z;
+            acc.w += sv * mv.w;
         }
         __syncthreads();
-        float *sj = start + (size_t)(j + 1) * p.V * K;
-#pragma unroll
-        for (int r = 0; r < RPT; ++r) {
-            const int row = rg * RPT + r;
-            *reinterpret_cast<float4 *>(Ss + row * K + 4 * d4) = acc[r];
-            *reinterpret_cast<float4 *>(sj + (c0 + row) * K + 4 * d4) = acc[r];
-        }
+        *reinterpret_cast<float4 *>(Ss + row * K + 4 * d4) = acc;
+        *reinterpret_cast<float4 *>(start + ((size_t)(j + 1) * p.V + c0 + row) * K + 4 * d4) = acc;
     }
 }
 
@@ -1032,7 +1052,7 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, SB),
                              "cp_scan smem")) != GDN_OK)
         return st;
-    scan<<<(unsigned)(p->N * p->HV * (p->V / SCAN_ROWS)), SCAN_THREADS, SB, stream>>>(prm);
+    scan<<<(unsigned)(p->N * p->HV * (p->V / SCAN_ROWS)), scan_threads<K>(), SB, stream>>>(prm);
     if ((st = gdn_cuda_check(cudaGetLastError(), "cp_scan launch")) != GDN_OK)
         return st;
     return launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
