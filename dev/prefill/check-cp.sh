@@ -7,6 +7,7 @@
 #   nocp   this worktree with -DGDN_CHUNK_DEV_NO_CP (the plain path: accuracy and time baseline)
 #   t22    this worktree with the tile forced to <NW=2, KS=2>   (32-pair shapes only: main's tile there)
 #   s16    this worktree with 16 CP segments where CP is taken (-DGDN_CHUNK_DEV_SEGS=16)
+#   p5     this worktree with chunk_prep fitted to 5 CTAs per SM (96 registers) instead of 4
 # then runs test_cuda_chunk (var; cp / cp_long of nocp for the error baseline), compute-sanitizer
 # memcheck and racecheck, bench_prefill, and with FLA=1 bench/fla_prefill.py beside var. Logs go
 # to $OUT/logs.tgz (few files come back from the device), the table to $OUT/summary.txt.
@@ -35,6 +36,7 @@ flags() {
     nocp) echo "-DGDN_CHUNK_DEV_NO_CP" ;;
     t22) echo "-DGDN_CHUNK_DEV_NW=2 -DGDN_CHUNK_DEV_KS=2" ;;
     s16) echo "-DGDN_CHUNK_DEV_SEGS=16" ;;
+    p5) echo "-DGDN_CHUNK_DEV_PREP_CTAS=5" ;;
     esac
 }
 build() {
@@ -42,7 +44,7 @@ build() {
     s=$(src "$1")
     rm -rf $d && mkdir -p $d
     cp -r "$s"/CMakeLists.txt "$s"/include "$s"/src "$s"/tests "$s"/tools "$s"/bench $d/ 2>/dev/null
-    case $1 in var) tg="gdn gdn_static test_cuda_chunk" ;; nocp) tg="gdn_static test_cuda_chunk" ;; esac
+    case $1 in var) tg="gdn gdn_static test_cuda_chunk" ;; nocp | p5) tg="gdn_static test_cuda_chunk" ;; esac
     cmake -S $d -B $d/build -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$(flags "$1")" \
         >"$LOGS/build_$1.log" 2>&1 &&
         cmake --build $d/build -j4 --target $tg >>"$LOGS/build_$1.log" 2>&1 &&
@@ -65,6 +67,11 @@ if [ $rc_nocp = 0 ]; then
     grep -E "rel " "$LOGS/test_nocp.log" | grep -v "^PASS" | sed 's/^/nocp/' | tee -a "$OUT/summary.txt"
 fi
 
+if [ "${rc_p5:-1}" = 0 ]; then
+    timeout 60 /tmp/gdn_p5/build/tests/test_cuda_chunk >"$LOGS/test_p5.log" 2>&1
+    log "test p5 rc=$? $(tail -n 1 "$LOGS/test_p5.log")"
+fi
+
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $V/tests/test_cuda_chunk basic cp_cases mid_heads \
     >"$LOGS/memcheck.log" 2>&1
 log "memcheck rc=$? $(grep 'ERROR SUMMARY' "$LOGS/memcheck.log" | tail -n 1)"
@@ -81,6 +88,7 @@ bench main main
 bench var var
 bench nocp nocp B1_T
 bench s16 s16 H2_HV8
+bench p5 p5
 if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     # Per-kernel durations of one call (the first: prep, PRE, scan, main) at the two few-head shapes.
     for s in T8192_H2 T65536_H2; do
@@ -108,7 +116,7 @@ echo "== bench_prefill graph_ms (eager_ms): variant columns" | tee -a "$OUT/summ
 python3 - "$LOGS" <<'EOF' | tee -a "$OUT/summary.txt"
 import sys, os
 out = sys.argv[1]
-names = ["main", "var", "nocp", "t22", "s16"]
+names = ["main", "var", "nocp", "t22", "s16", "p5"]
 rows, data = [], {}
 for n in names:
     f = os.path.join(out, f"b_{n}.txt")
@@ -124,6 +132,7 @@ for s in rows:
     cells = "".join(f"{'%.4f (%.4f)' % data[(n, s)] if (n, s) in data else '-':>18s}" for n in names)
     r = data[("var", s)][0] / data[("main", s)][0] if ("var", s) in data and ("main", s) in data else float("nan")
     print(f"{s:26s}{cells}   {r:.3f}")
+print("columns: graph replay ms (eager ms), median of 20; var/main on graph times")
 EOF
 [ -f "$OUT/fla_table.txt" ] && tail -n 8 "$OUT/fla_table.txt" | tee -a "$OUT/summary.txt"
 exit 0

@@ -166,8 +166,15 @@ template <int K> struct prep_smem {
     static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + 5 * C * 4;
 };
 
+/* CTAs per SM the registers of chunk_prep are fitted to (dev builds may try others). */
+#ifdef GDN_CHUNK_DEV_PREP_CTAS
+constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
+#else
+constexpr int PREP_CTAS = 4;
+#endif
+
 template <int K, typename T>
-__global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
+__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
 {
     constexpr int KC = K / 8;
     constexpr int LD = prep_smem<K>::LD;
