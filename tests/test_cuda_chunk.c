@@ -2,8 +2,9 @@
  * test_cuda_chunk.c - gdn_chunk_fwd on CUDA tensors against the float64 recurrence
  * (tu_case_naive), through the public API: option matrix (GVA, head dims, L2 norm, gates, beta
  * logits, states, layouts, dtypes), odd lengths, varlen with empty and length-1 sequences,
- * determinism and poisoned outputs, head counts that select each tile shape. Skips cleanly
- * without a GPU.
+ * determinism and poisoned outputs, head counts that select each tile shape, long sequences with
+ * few heads that take context parallelism (errors printed, to compare with a build without it).
+ * Skips cleanly without a GPU.
  *
  *   build/tests/test_cuda_chunk            all tests
  *   build/tests/test_cuda_chunk varlen     tests whose name contains "varlen"
@@ -337,8 +338,9 @@ static int test_varlen_empty_ends(void)
 }
 
 /* Head counts that pick each tile shape of the CUDA kernel (with 132 SMs): few (sequence, head)
- * pairs take one slab of 16 value columns per CTA (the other tests), a middle range two slabs with
- * the key dimension split between two chain warps, many pairs the wide tiles of 64 columns. */
+ * pairs take one slab of 16 value columns per CTA with the key dimension split between two chain
+ * warps (the other tests; context parallelism for long sequences, test_cp), a middle range two
+ * slabs, many pairs the wide tiles of 64 columns. */
 static int test_mid_heads(void)
 {
     tu_case_config c = base(130, 4, 12, 128, 410);
