@@ -2,8 +2,9 @@
  * test_cuda_chunk.c - gdn_chunk_fwd on CUDA tensors against the float64 recurrence
  * (tu_case_naive), through the public API: option matrix (GVA, head dims, L2 norm, gates, beta
  * logits, states, layouts, dtypes), odd lengths, varlen with empty and length-1 sequences,
- * determinism and poisoned outputs, head counts that select each tile shape. Skips cleanly
- * without a GPU.
+ * determinism and poisoned outputs, head counts that select each tile shape, long sequences with
+ * few heads that take context parallelism (errors printed, to compare with a build without it).
+ * Skips cleanly without a GPU.
  *
  *   build/tests/test_cuda_chunk            all tests
  *   build/tests/test_cuda_chunk varlen     tests whose name contains "varlen"
@@ -90,6 +91,8 @@ typedef struct opts {
     int no_final;
     int check_determinism;
     double tol;
+    int report;      /* print the relative errors of o and the final state */
+    int alias_state; /* final state written over the initial state (same buffer) */
 } opts;
 
 static int run_case(const char *name, tu_case_config cfg, opts op)
@@ -111,6 +114,8 @@ static int run_case(const char *name, tu_case_config cfg, opts op)
         tu_case_free(&c);
         return TU_FAIL;
     }
+    if (op.alias_state)
+        d.a.final_state.data = d.a.initial_state.data;
     gdn_status st = gdn_chunk_fwd(&d.a);
     if (!tu_expect(st == GDN_OK, "%s: gdn_chunk_fwd: %s (%s)", name, gdn_status_string(st), gdn_last_error())) {
         dev_free(&d);
@@ -125,12 +130,16 @@ static int run_case(const char *name, tu_case_config cfg, opts op)
     snprintf(what, sizeof what, "%s o", name);
     tu_expect(tu_count_poison(c.o, c.c.dtype, no) == 0, "%s: %zu elements never written", what,
               tu_count_poison(c.o, c.c.dtype, no));
-    tu_check(what, tu_compare(c.o, c.c.dtype, c.o_ref, GDN_DTYPE_F64, no), op.tol);
+    const tu_err eo = tu_compare(c.o, c.c.dtype, c.o_ref, GDN_DTYPE_F64, no);
+    tu_check(what, eo, op.tol);
     if (!op.no_final) {
         CK(cudaMemcpy(c.ht, d.a.final_state.data, sb, cudaMemcpyDeviceToHost));
         snprintf(what, sizeof what, "%s state", name);
         tu_expect(tu_count_poison(c.ht, c.c.state_dtype, ns) == 0, "%s: elements never written", what);
-        tu_check(what, tu_compare(c.ht, c.c.state_dtype, c.ht_ref, GDN_DTYPE_F64, ns), op.tol);
+        const tu_err es = tu_compare(c.ht, c.c.state_dtype, c.ht_ref, GDN_DTYPE_F64, ns);
+        tu_check(what, es, op.tol);
+        if (op.report)
+            printf("    %s: o rel %.4e, state rel %.4e\n", name, eo.rel, es.rel);
     }
     if (op.check_determinism) {
         void *o1 = tu_snapshot(c.o, ob);
@@ -173,7 +182,7 @@ static tu_case_config base(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t
     return c;
 }
 
-static const opts DEF = {0, 0, 1e-2};
+static const opts DEF = {0, 0, 1e-2, 0, 0};
 
 /* Result of a test made of several cases: any failure fails it, else any skip (no GPU) skips it. */
 static int combine(int rc, int r)
@@ -185,7 +194,7 @@ static int combine(int rc, int r)
 
 /* Option matrix */
 
-static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2}); }
+static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2, 0, 0}); }
 
 static int test_gva(void)
 {
@@ -242,7 +251,7 @@ static int test_states(void)
     c.initial_state = 0;
     rc = combine(rc, run_case("no initial state", c, DEF));
     c = base(190, 2, 4, 128, 61);
-    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2}));
+    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2, 0, 0}));
     c.layout = GDN_STATE_VK;
     c.seed = 62;
     rc = combine(rc, run_case("VK layout", c, DEF));
@@ -260,7 +269,7 @@ static int test_f16(void)
     tu_case_config c = base(300, 2, 4, 128, 70);
     c.dtype = GDN_DTYPE_F16;
     c.beta_dtype = GDN_DTYPE_F16;
-    return run_case("f16", c, (opts){0, 0, 5e-3});
+    return run_case("f16", c, (opts){0, 0, 5e-3, 0, 0});
 }
 
 static int test_f32_unsupported(void)
@@ -305,7 +314,7 @@ static int test_varlen(void)
     static const int32_t lens[10] = {0, 1, 63, 64, 65, 200, 0, 1000, 3, 1};
     c.nseq = 10;
     memcpy(c.seqlens, lens, sizeof lens);
-    return run_case("varlen mixed", c, (opts){0, 1, 1e-2});
+    return run_case("varlen mixed", c, (opts){0, 1, 1e-2, 0, 0});
 }
 
 static int test_varlen_long_short(void)
@@ -329,13 +338,14 @@ static int test_varlen_empty_ends(void)
 }
 
 /* Head counts that pick each tile shape of the CUDA kernel (with 132 SMs): few (sequence, head)
- * pairs take one slab of 16 value columns per CTA (the other tests), a middle range two slabs with
- * the key dimension split between two chain warps, many pairs the wide tiles of 64 columns. */
+ * pairs take one slab of 16 value columns per CTA with the key dimension split between two chain
+ * warps (the other tests; context parallelism for long sequences, test_cp), a middle range two
+ * slabs, many pairs the wide tiles of 64 columns. */
 static int test_mid_heads(void)
 {
     tu_case_config c = base(130, 4, 12, 128, 410);
     c.B = 2;
-    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2});
+    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2, 0, 0});
     c = base(100, 8, 40, 64, 411);
     if (run_case("K=V=64 H=8 HV=40", c, DEF) == TU_FAIL)
         rc = TU_FAIL;
@@ -346,7 +356,7 @@ static int test_many_heads(void)
 {
     int rc = TU_PASS;
     tu_case_config c = base(150, 16, 48, 128, 400);
-    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2}) == TU_FAIL)
+    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2, 0, 0}) == TU_FAIL)
         rc = TU_FAIL;
     c = base(130, 8, 72, 64, 401);
     if (run_case("K=V=64 H=8 HV=72", c, DEF) == TU_FAIL)
@@ -363,7 +373,68 @@ static int test_many_heads(void)
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
-    return run_case("T=4096", c, (opts){0, 1, 1e-2});
+    return run_case("T=4096", c, (opts){0, 1, 1e-2, 0, 0});
+}
+
+/* Context parallelism: with few (sequence, head) pairs and long sequences the CUDA path splits
+ * each sequence into segments (affine map per segment, scan, main pass). Long-memory gates
+ * (g ~ -0.0025) so that each segment's state carries into the next (with logsigmoid(randn)
+ * gates it is forgotten within a chunk and M ~ 0); lengths that are not multiples of 64 nor of
+ * the segment length, initial and final states (also aliased), GVA, K = V = 64, bf16 state,
+ * raw gates. */
+static tu_case_config cp_case(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t seed)
+{
+    tu_case_config c = base(T, H, HV, K, seed);
+    c.gate_mean = 6.f;
+    return c;
+}
+
+static int test_cp(void)
+{
+    int rc = TU_PASS;
+    tu_case_config c = cp_case(3000, 2, 4, 128, 500);
+    rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){0, 1, 1e-2, 1, 0}));
+    c = cp_case(2500, 1, 2, 128, 501);
+    c.B = 2;
+    c.layout = GDN_STATE_VK;
+    rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){0, 0, 1e-2, 1, 1}));
+    c = cp_case(2113, 1, 1, 64, 502);
+    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = base(2113, 1, 2, 128, 503);
+    c.raw_gates = 1;
+    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(4097, 1, 4, 128, 504);
+    c.state_dtype = GDN_DTYPE_BF16;
+    rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(2200, 1, 1, 128, 505);
+    c.initial_state = 0;
+    rc = combine(rc, run_case("cp no initial state", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(2200, 1, 2, 128, 506);
+    rc = combine(rc, run_case("cp no final state", c, (opts){1, 0, 1e-2, 0, 0}));
+    return rc;
+}
+
+/* The smallest CP case (8 segments of 4 chunks, one head, K = V = 64), for racecheck. */
+static int test_cp_small(void)
+{
+    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){0, 1, 1e-2, 1, 0});
+}
+
+/* Long sequences, few heads (the CP path): errors printed, to compare with a build without CP. */
+static int test_cp_long(void)
+{
+    int rc = TU_PASS;
+    tu_case_config c = base(8192, 2, 8, 128, 510);
+    c.initial_state = 0;
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = base(16384, 1, 4, 128, 511);
+    c.initial_state = 0;
+    rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(20000, 1, 2, 128, 512);
+    rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){0, 0, 1e-2, 1, 0}));
+    c = cp_case(8192, 2, 8, 128, 513);
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){0, 0, 1e-2, 1, 0}));
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -385,6 +456,9 @@ int main(int argc, char **argv)
         {"mid_heads", test_mid_heads},
         {"many_heads", test_many_heads},
         {"long", test_long},
+        {"cp_cases", test_cp},
+        {"cp_small", test_cp_small},
+        {"cp_long", test_cp_long},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

@@ -27,10 +27,24 @@
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (value heads of a key
  * head in chunk_prep; V tiles, then value heads in chunk_main), so those tiles come from L2.
  *
+ * Context parallelism (few (sequence, head) pairs, fixed-length sequences; plan_cp): the serial
+ * chunk chain of a pair would keep only a few SMs busy, so each sequence is split into segments
+ * of whole chunks. A segment maps its entering state affinely, S_out = M S_in + N (GDN_MATH.md's
+ * chunk recurrence is linear in S). Between chunk_prep and chunk_main:
+ *   chunk_main<PRE>  per (segment but the last, sequence, value head): the chain alone over
+ *                    V + K virtual value columns, the real ones from a zero state (the first
+ *                    segment from the initial state) giving N, K more with v = 0 from the
+ *                    identity giving M; its final S^T (f32) to the workspace.
+ *   cp_scan          per (sequence, value head, 8 value rows): S_j+1 = M_j S_j + N_j in f32,
+ *                    the state entering every segment to the workspace.
+ *   chunk_main       per (segment, sequence, value head, V tile), started from that state.
+ * Everything stays in f32 between the passes; deterministic (no atomics, fixed orders).
+ *
  * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
  * starts at slot floor(cu[n] / 64) + n, which leaves room for its ceil(len / 64) chunks; the
  * workspace holds floor(T / 64) + N + 1 slots per value head. cu_seqlens is read on the device only
- * and clamped into [0, T]. No atomics: results are bitwise reproducible.
+ * and clamped into [0, T]. No atomics: results are bitwise reproducible. With CP, the workspace
+ * also holds K (2 V + K) floats per (sequence, value head, segment).
  */
 #include "cuda_common.cuh"
 #include "sm90_chunk_mma.cuh"
@@ -84,6 +98,14 @@ struct params {
     gdn_dtype state_dtype;
     int64_t h0_s[4], ht_s[4];  /* {seq, hv, k, v} */
     unsigned char *ws;
+    /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
+     * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
+     * head, segment), the segment's affine map as the final S^T of the chain over V + K virtual
+     * value columns: rows 0 .. V - 1 are N^T (real v, zero start), rows V .. V + K - 1 are M^T
+     * (v = 0, identity start), f32, row pitch K. cp_start holds the state entering each segment
+     * (S^T, V x K, f32), written by the scan. */
+    int64_t seg_chunks, nseg;
+    float *cp_pre, *cp_start;
 };
 
 __device__ __forceinline__ float load_any(const void *p, gdn_dtype dt, int64_t i)
@@ -108,7 +130,7 @@ struct seq_info {
     int64_t row, bos, len, slot0;
 };
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 __device__ __forceinline__ int64_t clamp_t(const params &p, int32_t x)
@@ -144,8 +166,18 @@ template <int K> struct prep_smem {
     static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + 5 * C * 4;
 };
 
+/* CTAs per SM the registers of chunk_prep are fitted to: 5 (96 registers, no spills; 6 would
+ * spill 400 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
+ * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere. Dev builds may
+ * try others. */
+#ifdef GDN_CHUNK_DEV_PREP_CTAS
+constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
+#else
+constexpr int PREP_CTAS = 5;
+#endif
+
 template <int K, typename T>
-__global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
+__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
 {
     constexpr int KC = K / 8;
     constexpr int LD = prep_smem<K>::LD;
@@ -408,15 +440,19 @@ __global__ void __launch_bounds__(128, 4) chunk_prep_kernel(const params p)
 /* ------------------------------------------------------------------------------------------ */
 /* chunk_main                                                                                  */
 
-template <int K, int NW, int KS> struct main_smem {
-    static constexpr int QK = C * K * 2;
+/* PRE (no outputs) keeps no Q tile, no O staging and no hand-off buffers, and a two-stage ring:
+ * small enough for two CTAs per SM. */
+template <int K, int NW, int KS, bool PRE> struct main_smem {
+    static constexpr int KB = C * K * 2;                     /* K tile (and Q tile) bytes */
+    static constexpr int QB = PRE ? 0 : KB;
     static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per slab */
-    static constexpr int STAGE = 2 * QK + VT + WS_SMEM;      /* Q, K, V, then Tb, Pm, coef */
-    static constexpr int SA = K / 16 * 32 * 16;              /* S^T A fragments of one slab */
-    static constexpr int VA = 4 * 32 * 16;                   /* Vn^T A fragments of one slab */
+    static constexpr int STAGE = QB + KB + VT + WS_SMEM;     /* Q, K, V, then Tb, Pm, coef */
+    static constexpr int OT = PRE ? 0 : VT;                  /* O staging */
+    static constexpr int SA = PRE ? 0 : K / 16 * 32 * 16;    /* S^T A fragments of one slab */
+    static constexpr int VA = PRE ? 0 : 4 * 32 * 16;         /* Vn^T A fragments of one slab */
     static constexpr int YX = KS > 1 ? KS * 8 * 32 * 16 : 0; /* partial Y^T of each chain warp of a slab */
-    static constexpr int STAGES = 3;
-    static constexpr int MAP = STAGES * STAGE + VT + NW * (SA + VA + YX); /* after O staging, hand-off */
+    static constexpr int STAGES = PRE ? 2 : 3;
+    static constexpr int MAP = STAGES * STAGE + OT + NW * (SA + VA + YX); /* after O staging, hand-off */
     static constexpr int BYTES = MAP + WS_MAP_BYTES;
 };
 
@@ -452,30 +488,51 @@ __device__ __forceinline__ void bar_sync(int id, int threads)
  * hand-off barrier of chunk c, which the slab's chain warps reach after their last read of that
  * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
  * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
- * first K rows (issued right after the barrier) against the chain warps' K reads before it. */
-template <int K, int NW, int KS, typename T>
-__global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel(const params p)
+ * first K rows (issued right after the barrier) against the chain warps' K reads before it.
+ * PRE (context parallelism's first pass) has no output warps and no Q: the chain warps and the
+ * copy warp over a two-stage ring (chunk c + 1 loads while c is computed), two CTAs per SM. */
+template <int NW, int KS, bool PRE> constexpr int main_threads() { return ((KS + (PRE ? 0 : 1)) * NW + 1) * 32; }
+
+template <int K, int NW, int KS, bool PRE, typename T>
+__global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chunk_main_kernel(const params p)
 {
-    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + 1) * 32;
+    /* PRE has no output warps: the slab is its chain warps. */
+    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + (PRE ? 0 : 1)) * 32;
     constexpr int SA_THREADS = SLAB_THREADS + 32; /* the S^T hand-off: a slab and the copy warp */
-    constexpr int THREADS = ((KS + 1) * NW + 1) * 32;
+    constexpr int THREADS = main_threads<NW, KS, PRE>();
     static_assert((KS == 1 || KS == 2) && KH % 16 == 0, "key split");
-    using L = main_smem<K, NW, KS>;
+    using L = main_smem<K, NW, KS, PRE>;
+    constexpr int AHEAD = L::STAGES - 1; /* chunks in flight ahead of the one computed */
     extern __shared__ __align__(128) unsigned char smem[];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool chain_warp = warp < KS * NW, copy_warp = warp == (KS + 1) * NW;
+    const bool chain_warp = warp < KS * NW, copy_warp = warp == THREADS / 32 - 1;
     const int slab = chain_warp ? warp / KS : (copy_warp ? 0 : warp - KS * NW), half = chain_warp ? warp % KS : 0;
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
-    /* V tiles fastest, then value heads: the CTAs that share Q / K / workspace tiles (the V tiles
-     * of a head; the heads of a key head) run side by side, and all but one read them from L2. */
-    const unsigned ntiles = (unsigned)(p.V / BV), pair = blockIdx.x / ntiles;
+    /* V tiles fastest, then value heads, then sequences, then segments: the CTAs that share Q /
+     * K / workspace tiles (the V tiles of a head; the heads of a key head) run side by side, and
+     * all but one read them from L2. PRE (the first pass of context parallelism) runs the chain
+     * over V + K virtual value columns: v0 >= V are the columns of M, with v = 0. */
+    const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
+    const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
+    const int64_t seg = unit / pairs;
     const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
     const int64_t h = hv / p.G;
     const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
-    const seq_info sq = sequence(p, n);
+    const bool v_real = !PRE || v0 < p.V;
+    if (PRE && seg == 0 && !v_real)
+        return; /* the first segment starts from the known state: no M */
+    seq_info sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
+    if (p.seg_chunks > 0) {
+        /* The segment as a sequence of its own: its tokens, its workspace slots. */
+        const int64_t cbeg = min64(nchunks, seg * p.seg_chunks);
+        nchunks = min64(nchunks - cbeg, p.seg_chunks);
+        sq.bos += cbeg * C;
+        sq.len = min64(sq.len - cbeg * C, p.seg_chunks * C);
+        sq.slot0 += cbeg;
+    }
 
     /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = KH half + 8 nt + 2t + {0, 1}. */
     float s[KH / 8][4];
@@ -484,9 +541,16 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
-            s[nt][e] = p.h0 && chain_warp
-                           ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3])
-                           : 0.f;
+            float x = 0.f;
+            if (chain_warp) {
+                if (PRE && !v_real)
+                    x = vv - p.V == d ? 1.f : 0.f;
+                else if (!PRE && p.seg_chunks > 0)
+                    x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
+                else if (p.h0 && seg == 0)
+                    x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
+            }
+            s[nt][e] = x;
         }
 
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
@@ -502,21 +566,22 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     const int qk_ch = lt % KC, qk_r0 = lt / KC, v_ch = lt % (BV / 8), v_r0 = lt / (BV / 8);
     const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
     const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
-    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
+    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + (v_real ? v0 : 0) + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
     const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
     const int v_soff = (v_ch >> 1) * C * 16;
 
     uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
     auto load_chunk = [&](int64_t c, int stage) {
         unsigned char *base = smem + stage * L::STAGE;
-        T *Qs = reinterpret_cast<T *>(base), *Ks = Qs + C * K, *Vs = Ks + C * K;
+        T *Qs = reinterpret_cast<T *>(base), *Ks = reinterpret_cast<T *>(base + L::QB), *Vs = Ks + C * K;
         const int cl = (int)min64(C, sq.len - c * C);
         const T *qp = q_base + c * C * p.q_t, *kp = k_base + c * C * p.k_t;
 #pragma unroll
         for (int it = 0; it < C / QK_RP; ++it) {
             const int r = qk_r0 + QK_RP * it;
             const bool ok = r < cl;
-            cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
+            if constexpr (!PRE) /* no outputs, no Q */
+                cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
             cp_async16(Ks + swz<KC>(r, qk_ch * 8), ok ? kp : k, ok ? 16 : 0);
             qp += q_step;
             kp += k_step;
@@ -525,14 +590,14 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll
         for (int it = 0; it < C / V_RP; ++it) {
             const int r = v_r0 + V_RP * it;
-            const bool ok = r < cl;
+            const bool ok = r < cl && v_real; /* the columns of M: v = 0 */
             cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
             vp += v_step;
         }
         /* The workspace chunk is contiguous: copy u goes to ws_map[u]. No branches: a divergent
          * branch per copy (16 per chunk and thread) cost about 1 us per chunk on an H200. */
         const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * lt;
-        unsigned char *dst = base + 2 * L::QK + L::VT;
+        unsigned char *dst = base + L::QB + L::KB + L::VT;
 #pragma unroll 4
         for (int u = lt; u < WS_COPIES; u += NL) {
             cp_async16(dst + ws_map[u], wsc, 16);
@@ -557,16 +622,19 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     __syncthreads();
 
     if (copy_warp) {
+        static_assert(AHEAD == 1 || AHEAD == 2, "ring depth");
         if (nchunks > 0)
             load_chunk(0, 0);
         cp_async_commit();
-        if (nchunks > 1)
-            load_chunk(1, 1);
-        cp_async_commit();
+        if constexpr (AHEAD == 2) {
+            if (nchunks > 1)
+                load_chunk(1, 1);
+            cp_async_commit();
+        }
     }
 
     T *Ow = reinterpret_cast<T *>(smem + L::STAGES * L::STAGE) + slab * C * 16;
-    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::VT + slab * (L::SA + L::VA + L::YX));
+    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::OT + slab * (L::SA + L::VA + L::YX));
     uint4 *VAs = SAs + K / 16 * 32;
     float4 *Yx = reinterpret_cast<float4 *>(VAs + 4 * 32); /* [KS][8][32 lanes] */
     const int bar_sa = 1 + slab, bar_va = 1 + NW + slab, bar_y = 1 + 2 * NW + slab;
@@ -575,24 +643,24 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 #pragma unroll 1
     for (int64_t c = 0; c < nchunks; ++c) {
         if (copy_warp)
-            cp_async_wait<1>();
+            cp_async_wait<AHEAD - 1>();
         __syncthreads();
 
         const unsigned char *base = smem + (c % L::STAGES) * L::STAGE;
-        const T *Qs = reinterpret_cast<const T *>(base), *Ks = Qs + C * K;
+        const T *Qs = reinterpret_cast<const T *>(base), *Ks = reinterpret_cast<const T *>(base + L::QB);
         const T *Vw = Ks + C * K + slab * C * 16;
-        const T *Tb = reinterpret_cast<const T *>(base + 2 * L::QK + L::VT), *Pm = Tb + C * C;
+        const T *Tb = reinterpret_cast<const T *>(base + L::QB + L::KB + L::VT), *Pm = Tb + C * C;
         const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
 
         if (copy_warp) {
-            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished before the
-             * __syncthreads that opened chunk c and before its arrival at the S^T hand-off
+            /* Stage (c + AHEAD) % STAGES last held chunk c - 1, which every warp finished before
+             * the __syncthreads that opened chunk c and before its arrival at the S^T hand-off
              * barrier of its slab for chunk c (every chunk, so the counts stay matched). */
 #pragma unroll
             for (int sl = 0; sl < NW; ++sl)
                 bar_sync(1 + sl, SA_THREADS);
-            if (c + 2 < nchunks)
-                load_chunk(c + 2, (int)((c + 2) % L::STAGES));
+            if (c + AHEAD < nchunks)
+                load_chunk(c + AHEAD, (int)((c + AHEAD) % L::STAGES));
             cp_async_commit();
         } else if (chain_warp) {
             /* S^T as A fragments (k = d), handed to the output warp. */
@@ -603,7 +671,8 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                 sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
                 sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
                 sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
-                SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
+                if constexpr (!PRE)
+                    SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
             }
             bar_arrive(bar_sa, SA_THREADS);
 
@@ -675,14 +744,15 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                     op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
                     op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
                 }
-            if (half == 0) {
+            if (!PRE && half == 0) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
                                                     op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
                                                     op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
             }
-            bar_arrive(bar_va, SLAB_THREADS);
+            if constexpr (!PRE)
+                bar_arrive(bar_va, SLAB_THREADS);
 
             /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
             const float gc = cu[C];
@@ -710,7 +780,7 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
                     op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
                     op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
                 }
-        } else {
+        } else if (!PRE) {
             /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
             float oa[8][4];
 #pragma unroll
@@ -775,7 +845,18 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
     }
     cp_async_wait<0>();
 
-    if (p.ht && chain_warp) {
+    if (PRE && chain_warp) {
+        /* S^T rows v0 + 16 slab + {g, g + 8}: two adjacent d per register pair. */
+        const unsigned u = blockIdx.x / ntiles; /* recomputed: nothing held across the chunk loop */
+        const int64_t pcs = (int64_t)(u % pairs) * p.nseg + u / pairs;
+#pragma unroll
+        for (int nt = 0; nt < KH / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t;
+                *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[nt][e], s[nt][e + 1]);
+            }
+    } else if (p.ht && chain_warp && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
 #pragma unroll
         for (int nt = 0; nt < KH / 8; ++nt)
 #pragma unroll
@@ -791,6 +872,81 @@ __global__ void __launch_bounds__(((KS + 1) * NW + 1) * 32, 1) chunk_main_kernel
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* cp_scan: the states entering each segment, S_j+1 = M_j S_j + N_j, in f32 (as S^T:            */
+/* S^T_j+1 = S^T_j M_j^T + N_j^T). One CTA per (sequence, value head, 8 value rows of S^T), the  */
+/* segments in order; M_j^T is staged in shared memory (the next one is already loading into    */
+/* registers while this one is applied), S^T stays there between segments. Each thread owns 4   */
+/* adjacent d of one row: a float4 of M^T per step of the sum, no bank conflicts.               */
+
+constexpr int SCAN_ROWS = 8;
+
+template <int K> constexpr int scan_threads() { return SCAN_ROWS * K / 4; }
+template <int K> constexpr int scan_smem_bytes() { return (K * K + SCAN_ROWS * K) * 4; }
+
+template <int K>
+__global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const params p)
+{
+    constexpr int D4 = K / 4, THREADS = scan_threads<K>(), ML = K * K / 4 / THREADS;
+    extern __shared__ __align__(128) unsigned char smem[];
+    float4 *Ms = reinterpret_cast<float4 *>(smem);   /* M_j^T, K x K */
+    float *Ss = reinterpret_cast<float *>(Ms + K * D4); /* S^T rows c0 .. c0 + 7, 8 x K */
+
+    const unsigned tiles = (unsigned)(p.V / SCAN_ROWS), pair = blockIdx.x / tiles;
+    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
+    const int64_t c0 = (int64_t)(blockIdx.x % tiles) * SCAN_ROWS;
+    const int tid = threadIdx.x, d4 = tid % D4, row = tid / D4;
+    float *start = p.cp_start + (size_t)pair * p.nseg * p.V * K;
+    const float *pre = p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K;
+
+    float4 mr[ML];
+    auto fetch_m = [&](int64_t j) {
+        const float4 *src = reinterpret_cast<const float4 *>(pre + ((size_t)j * (p.V + K) + p.V) * K);
+#pragma unroll
+        for (int i = 0; i < ML; ++i)
+            mr[i] = src[tid + i * THREADS];
+    };
+    if (p.nseg > 2)
+        fetch_m(1);
+
+    /* Segment 0 starts from the initial state (the main pass reads it from here, so a final
+     * state aliasing the initial one is written only after every read); segment 1 from the
+     * end of segment 0's chain, which PRE started from the initial state. */
+    for (int i = tid; i < SCAN_ROWS * K; i += THREADS) {
+        const int r = i / K, d = i % K;
+        const int64_t vv = c0 + r;
+        start[vv * K + d] =
+            p.h0 ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]) : 0.f;
+        const float x = pre[vv * K + d];
+        Ss[r * K + d] = x;
+        start[(p.V + vv) * K + d] = x;
+    }
+#pragma unroll 1
+    for (int64_t j = 1; j + 1 < p.nseg; ++j) {
+        const float *pj = pre + (size_t)j * (p.V + K) * K;
+        float4 acc = *reinterpret_cast<const float4 *>(pj + (c0 + row) * K + 4 * d4);
+        __syncthreads(); /* the previous segment's reads of Ms and writes of Ss are done */
+#pragma unroll
+        for (int i = 0; i < ML; ++i)
+            Ms[tid + i * THREADS] = mr[i];
+        __syncthreads();
+        if (j + 2 < p.nseg)
+            fetch_m(j + 1);
+#pragma unroll 8
+        for (int e = 0; e < K; ++e) {
+            const float4 mv = Ms[e * D4 + d4];
+            const float sv = Ss[row * K + e];
+            acc.x += sv * mv.x;
+            acc.y += sv * mv.y;
+            acc.z += sv * mv.z;
+            acc.w += sv * mv.w;
+        }
+        __syncthreads();
+        *reinterpret_cast<float4 *>(Ss + row * K + 4 * d4) = acc;
+        *reinterpret_cast<float4 *>(start + ((size_t)(j + 1) * p.V + c0 + row) * K + 4 * d4) = acc;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Host side                                                                                   */
 
 static int64_t slots_per_head(const gdn_problem *p)
@@ -800,48 +956,140 @@ static int64_t slots_per_head(const gdn_problem *p)
     return p->N * ((p->T + C - 1) / C);
 }
 
-template <typename T, int K, int NW, int KS>
-static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static int sm_count()
 {
-    gdn_status st;
-    if (p->T > 0 && prm.slots > 0) {
-        auto prep = chunk_prep_kernel<K, T>;
-        constexpr int PB = prep_smem<K>::BYTES;
-        if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
-                                 "chunk_prep smem")) != GDN_OK)
-            return st;
-        prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
-        if ((st = gdn_cuda_check(cudaGetLastError(), "chunk_prep launch")) != GDN_OK)
-            return st;
-    }
-    auto mainf = chunk_main_kernel<K, NW, KS, T>;
-    constexpr int MB = main_smem<K, NW, KS>::BYTES;
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
-                             "chunk_main smem")) != GDN_OK)
-        return st;
-    mainf<<<(unsigned)(p->N * p->HV * (p->V / (16 * NW))), ((KS + 1) * NW + 1) * 32, MB, stream>>>(prm);
-    return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
-}
-
-template <typename T, int K>
-static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
-{
-    /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
-     * best; with few (sequence, head) pairs, narrower tiles spread the serial chunk chain over
-     * more SMs, down to one slab per CTA when that still fits one wave, and two chain warps per
-     * slab shorten it. */
     static int sms = 0;
     if (sms == 0) {
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
             sms = 132;
     }
+    return sms;
+}
+
+/* Context parallelism: with few (sequence, head) pairs, the serial chunk chain of each pair
+ * would run on a few SMs. Splitting every sequence into segments costs about three times the
+ * chain work (the M columns of the first pass double it), so it pays only when the wide tiles
+ * of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles segments give
+ * one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
+ * host); varlen takes the plain path. */
+constexpr int CP_TILE_NW = 4, CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
+
+struct cp_plan {
+    int64_t nseg, seg_chunks; /* seg_chunks = 0: off */
+};
+
+static cp_plan plan_cp(const gdn_problem *p)
+{
+    cp_plan cp = {1, 0};
+#ifdef GDN_CHUNK_DEV_NO_CP
+    return cp;
+#endif
+    if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % (16 * CP_TILE_NW) != 0 ||
+        p->K % (16 * CP_TILE_NW) != 0 || p->V % SCAN_ROWS != 0)
+        return cp;
+    const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / (16 * CP_TILE_NW));
+    int64_t nseg = min64(sm_count() / tiles, cps / CP_MIN_SEG_CHUNKS);
+    if (nseg < CP_MIN_SEGS)
+        return cp;
+#ifdef GDN_CHUNK_DEV_SEGS /* dev builds: another segment count, for bench comparisons */
+    nseg = min64(GDN_CHUNK_DEV_SEGS, cps);
+#endif
+    cp.seg_chunks = (cps + nseg - 1) / nseg;
+    cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
+    return cp;
+}
+
+/* Bytes of the chunk workspace (Tb, Pm, coefficients), then of the CP buffers. */
+static size_t chunk_ws_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK; }
+
+static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
+{
+    if (cp.seg_chunks == 0)
+        return 0;
+    return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
+}
+
+template <typename T, int K>
+static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    if (p->T <= 0 || prm.slots <= 0)
+        return GDN_OK;
+    gdn_status st;
+    auto prep = chunk_prep_kernel<K, T>;
+    constexpr int PB = prep_smem<K>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
+                             "chunk_prep smem")) != GDN_OK)
+        return st;
+    prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "chunk_prep launch");
+}
+
+/* chunk_main over nseg segments (1 without CP) of every (sequence, value head), with PRE the
+ * chain alone over V + K virtual columns. */
+template <typename T, int K, int NW, int KS, bool PRE>
+static gdn_status launch_main(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
+{
+    gdn_status st;
+    auto mainf = chunk_main_kernel<K, NW, KS, PRE, T>;
+    constexpr int MB = main_smem<K, NW, KS, PRE>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
+                             "chunk_main smem")) != GDN_OK)
+        return st;
+    const int64_t cols = PRE ? p->V + K : p->V;
+    mainf<<<(unsigned)(nseg * p->N * p->HV * (cols / (16 * NW))), main_threads<NW, KS, PRE>(), MB, stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
+}
+
+template <typename T, int K, int NW, int KS>
+static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    gdn_status st = launch_prep<T, K>(prm, p, stream);
+    return st != GDN_OK ? st : launch_main<T, K, NW, KS, false>(prm, p, 1, stream);
+}
+
+/* prep; the chain of every segment but the last from a zero state (the first from the initial
+ * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
+template <typename T, int K>
+static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    gdn_status st = launch_prep<T, K>(prm, p, stream);
+    if (st != GDN_OK ||
+        (st = launch_main<T, K, CP_TILE_NW, 1, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
+        return st;
+    auto scan = cp_scan_kernel<K>;
+    constexpr int SB = scan_smem_bytes<K>();
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, SB),
+                             "cp_scan smem")) != GDN_OK)
+        return st;
+    scan<<<(unsigned)(p->N * p->HV * (p->V / SCAN_ROWS)), scan_threads<K>(), SB, stream>>>(prm);
+    if ((st = gdn_cuda_check(cudaGetLastError(), "cp_scan launch")) != GDN_OK)
+        return st;
+    return launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
+}
+
+template <typename T, int K>
+static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
+     * best; with fewer (sequence, head) pairs, narrower tiles spread the serial chunk chain over
+     * more SMs: two slabs per CTA in the middle range (on an H100 at 32 pairs, <2, 1> measured
+     * 0.2-1.9 % faster than <2, 2> and 16-18 % faster than <4, 1>), down to one slab per CTA
+     * with two chain warps (key split) when that still fits one wave. GDN_CHUNK_DEV_NW / _KS
+     * force a tile in dev builds (bench comparisons). */
+    if (prm.seg_chunks > 0)
+        return launch_cp<T, K>(prm, p, stream);
+#if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
+    if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)
+        return launch<T, K, GDN_CHUNK_DEV_NW, GDN_CHUNK_DEV_KS>(prm, p, stream);
+#endif
+    const int sms = sm_count();
     const int64_t pairs = p->N * p->HV;
     if (p->V % 64 == 0 && pairs * (p->V / 64) >= sms / 2)
         return launch<T, K, 4, 1>(prm, p, stream);
     if (pairs * (p->V / 16) <= sms)
         return launch<T, K, 1, 2>(prm, p, stream);
-    return launch<T, K, 2, 2>(prm, p, stream);
+    return launch<T, K, 2, 1>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
@@ -850,7 +1098,7 @@ using namespace gdn_chunk;
 
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p)
 {
-    return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK;
+    return chunk_ws_bytes(p) + cp_ws_bytes(p, plan_cp(p));
 }
 
 static bool aligned16(const void *ptr, const int64_t *s, int n)
@@ -934,6 +1182,13 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.ht_s[i] = p->final_state.s[i];
     }
     prm.ws = static_cast<unsigned char *>(p->workspace);
+    const cp_plan cp = plan_cp(p);
+    prm.seg_chunks = cp.seg_chunks;
+    prm.nseg = cp.nseg;
+    if (cp.seg_chunks > 0) {
+        prm.cp_pre = reinterpret_cast<float *>(prm.ws + chunk_ws_bytes(p));
+        prm.cp_start = prm.cp_pre + (size_t)(p->N * p->HV * cp.nseg) * (size_t)(p->V + p->K) * (size_t)p->K;
+    }
 
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const bool bf16 = p->q.dtype == GDN_DTYPE_BF16;
