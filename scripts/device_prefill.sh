@@ -83,10 +83,10 @@ for s in $steps; do
         ;;
     sanitize)
         t0=$(date +%s)
-        compute-sanitizer --tool memcheck --error-exitcode 9 $TEST varlen odd_lengths >"$OUT/sanitize.log" 2>&1
-        log "memcheck (varlen, odd_lengths): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1)"
-        compute-sanitizer --tool racecheck --error-exitcode 9 $TEST basic >>"$OUT/sanitize.log" 2>&1
-        log "racecheck (basic): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+        compute-sanitizer --tool memcheck --error-exitcode 9 $TEST varlen odd_lengths mid_heads cp_small >"$OUT/sanitize.log" 2>&1
+        log "memcheck (varlen, odd_lengths, mid_heads, cp_small): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1)"
+        compute-sanitizer --tool racecheck --error-exitcode 9 $TEST basic mid_heads cp_small >>"$OUT/sanitize.log" 2>&1
+        log "racecheck (basic, mid_heads, cp_small): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
         ;;
     bench)
         if [ -z "$BENCH" ]; then

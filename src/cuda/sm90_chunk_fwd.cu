@@ -956,13 +956,14 @@ static int64_t slots_per_head(const gdn_problem *p)
     return p->N * ((p->T + C - 1) / C);
 }
 
-static int sm_count()
+/* The SM count of the problem's device (a cached driver attribute, no sync), which sizes the tiles
+ * and the context-parallel segments; the workspace query and the call see the same value. */
+static int sm_count(const gdn_problem *p)
 {
-    static int sms = 0;
-    if (sms == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 132;
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal) != cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError();
+        sms = 132;
     }
     return sms;
 }
@@ -989,7 +990,7 @@ static cp_plan plan_cp(const gdn_problem *p)
         p->K % (16 * CP_TILE_NW) != 0 || p->V % SCAN_ROWS != 0)
         return cp;
     const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / (16 * CP_TILE_NW));
-    int64_t nseg = min64(sm_count() / tiles, cps / CP_MIN_SEG_CHUNKS);
+    int64_t nseg = min64(sm_count(p) / tiles, cps / CP_MIN_SEG_CHUNKS);
     if (nseg < CP_MIN_SEGS)
         return cp;
 #ifdef GDN_CHUNK_DEV_SEGS /* dev builds: another segment count, for bench comparisons */
@@ -1083,7 +1084,7 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
     if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)
         return launch<T, K, GDN_CHUNK_DEV_NW, GDN_CHUNK_DEV_KS>(prm, p, stream);
 #endif
-    const int sms = sm_count();
+    const int sms = sm_count(p);
     const int64_t pairs = p->N * p->HV;
     if (p->V % 64 == 0 && pairs * (p->V / 64) >= sms / 2)
         return launch<T, K, 4, 1>(prm, p, stream);
