@@ -6,8 +6,9 @@
  * Two kernels:
  *   chunk_prep  one CTA (4 warps) per (chunk, value head), all chunks in parallel. Everything of a
  *               chunk that does not depend on the state: gates and their cumsum Gam, q/k L2 norms
- *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 by
- *               blocked forward substitution in f32, and the masked, decayed Q K^T. Writes per
+ *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 in
+ *               16 x 16 blocks (diagonal blocks by forward substitution in f32, the others by
+ *               3xTF32 tensor-core products), and the masked, decayed Q K^T. Writes per
  *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
  *               lower triangular: only the 16 x 16 blocks on and below the diagonal are kept)
  *               and f32 row factors.
@@ -385,7 +386,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
     }
     __syncthreads();
 
-    /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15. */
+    /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15, only the column blocks on and below
+     * the diagonal (nothing above it is read: A is strictly lower triangular, Pm lower). */
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
     float kk[8][4], qk[8][4];
 #pragma unroll
@@ -400,6 +402,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         ldsm_x4(aq, smem_u32(Qs + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
 #pragma unroll
         for (int nn = 0; nn < 4; ++nn) {
+            if (nn > warp)
+                break;
             uint32_t b[4];
             ldsm_x4(b, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
             op<T>::mma(kk[2 * nn], ak, b[0], b[1]);
@@ -428,6 +432,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         __syncthreads(); /* Q and K consumed: A and T take their place */
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
+            if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
+                break;
             const float2 gcol = make_float2(gam[8 * nt + 2 * t] * LOG2E, gam[8 * nt + 2 * t + 1] * LOG2E);
             const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
 #pragma unroll
@@ -443,8 +449,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
                     pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
                 }
                 *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
-                if (nt < 2 * (warp + 1)) /* row i lies in block row warp */
-                    pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
+                pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
             }
         }
     }
@@ -491,20 +496,24 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
     __syncthreads();
 
-    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). */
+    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A warp
+     * takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads of T hit
+     * every bank once per 8 rows, and beta is a broadcast. */
     T *tb_out = reinterpret_cast<T *>(wsc);
     for (int idx = tid; idx < C * 8; idx += 128) {
-        const int i = idx >> 3, ch = idx & 7;
+        const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
         if ((ch >> 1) > (i >> 4))
             continue;
+        const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
+        const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
+        const float4 b0 = *reinterpret_cast<const float4 *>(bet + j);
+        const float4 b1 = *reinterpret_cast<const float4 *>(bet + j + 4);
+        const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
+                            t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
         uint32_t w[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int j = ch * 8 + 2 * e;
-            const float2 tv = *reinterpret_cast<const float2 *>(Ts + i * LD + j);
-            const float2 bv = *reinterpret_cast<const float2 *>(bet + j);
-            w[e] = op<T>::pack(j <= i ? tv.x * bv.x : 0.f, j + 1 <= i ? tv.y * bv.y : 0.f);
-        }
+        for (int e = 0; e < 4; ++e)
+            w[e] = op<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
         *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
     }
     float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
