@@ -15,7 +15,8 @@
 #       carry=[".wt/prep", ".peers/fla", "build-prefill/dev/triton_autotune.tgz"],
 #       kind="nvidia-h100-x1", timeout_s=420)
 #
-# DRY=1 stops after the builds (for checking the script on a machine without a GPU).
+# DRY=1 stops after the builds (for checking the script on a machine without a GPU). NO_FLA=1
+# skips FLA (then the call needs ~150 s instead of ~400: timeout_s=240 is enough).
 set -u -o pipefail
 W=$(cd "$(dirname "$0")/../.." && pwd)   # this worktree
 R=$(cd "$W/../.." && pwd)                 # the repository root holding .wt/<name>
@@ -35,7 +36,7 @@ ARCH="-gencode=arch=compute_90a,code=sm_90a"
 
 # FLA warm-up first: Triton compiles for a minute per key set, on the CPU, while we build.
 FLA_OK=0
-if [ -z "${DRY:-}" ] && [ -d "$R/.peers/fla" ]; then
+if [ -z "${DRY:-}" ] && [ -z "${NO_FLA:-}" ] && [ -d "$R/.peers/fla" ]; then
     export PYTHONUNBUFFERED=1 PYTHONPATH=$R/.peers/fla:$W/python TRITON_CACHE_DIR=/tmp/triton_cache
     mkdir -p $TRITON_CACHE_DIR
     [ -f "$R/build-prefill/dev/triton_autotune.tgz" ] && tar xzf "$R/build-prefill/dev/triton_autotune.tgz" -C $TRITON_CACHE_DIR
