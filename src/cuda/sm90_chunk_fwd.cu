@@ -253,9 +253,9 @@ __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i
 }
 
 /* CTAs per SM the registers of chunk_prep are fitted to: 5 (96 registers, no spills; 6 would
- * spill 400 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
- * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere. Dev builds may
- * try others. */
+ * spill ~350 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
+ * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere (measured before
+ * the tensor-core inverse; 5 x 35.3 KB of shared memory still fit). Dev builds may try others. */
 #ifdef GDN_CHUNK_DEV_PREP_CTAS
 constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
 #else
