@@ -6,8 +6,9 @@
  * Two kernels:
  *   chunk_prep  one CTA (4 warps) per (chunk, value head), all chunks in parallel. Everything of a
  *               chunk that does not depend on the state: gates and their cumsum Gam, q/k L2 norms
- *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 by
- *               blocked forward substitution in f32, and the masked, decayed Q K^T. Writes per
+ *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 in
+ *               16 x 16 blocks (diagonal blocks by forward substitution in f32, the others by
+ *               3xTF32 tensor-core products), and the masked, decayed Q K^T. Writes per
  *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
  *               lower triangular: only the 16 x 16 blocks on and below the diagonal are kept)
  *               and f32 row factors.
@@ -161,15 +162,100 @@ __device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
 
 template <int K> struct prep_smem {
     static constexpr int QK = C * K * 2;         /* Q and K tiles, bytes each */
-    static constexpr int LD = C;                 /* f32 matrix row pitch */
+    /* f32 matrix row pitch: 68 = 4 mod 32 banks, so the tf32 A fragments (rows g, columns t) of
+     * the inverse read 32 different banks; rows stay 16-byte aligned for the float4 row reads. */
+    static constexpr int LD = C + 4;
     static constexpr int MAT = C * LD * 4;       /* A and T (f32), aliasing Q and K once consumed */
     static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + 5 * C * 4;
 };
 
+/* The triangular inverse's block products run on tensor cores in 3xTF32: x = hi + lo (both
+ * tf32), a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi with f32 accumulation, relative error ~2^-21:
+ * f32-class accuracy, far below the bf16 / f16 rounding of the Tb it feeds. m16n8k8 fragments
+ * (g = lane / 4, t = lane % 4): A a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4), a3 = (g + 8,
+ * t + 4); B b0 = (t, g), b1 = (t + 4, g); C as m16n8k16. */
+struct tf32_pair {
+    uint32_t hi, lo;
+};
+__device__ __forceinline__ tf32_pair split_tf32(float x)
+{
+    tf32_pair r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.lo) : "f"(x - __uint_as_float(r.hi)));
+    return r;
+}
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The three partial products of 3xTF32 in separate accumulators (three independent mma chains
+ * instead of one); sum() adds them in a fixed order. */
+struct acc3 {
+    float hh[4], hl[4], lh[4];
+    __device__ __forceinline__ float sum(int e) const { return (lh[e] + hl[e]) + hh[e]; }
+};
+
+/* c += X Y: X a 16 x 16 block, Y a 16 x 8 block, both f32 in shared memory with row pitch LD. */
+template <int LD>
+__device__ __forceinline__ void mma_16x8_f32(acc3 &c, const float *X, const float *Y, int g, int t)
+{
+#pragma unroll
+    for (int ks = 0; ks < 16; ks += 8) {
+        const tf32_pair a0 = split_tf32(X[g * LD + ks + t]), a1 = split_tf32(X[(g + 8) * LD + ks + t]);
+        const tf32_pair a2 = split_tf32(X[g * LD + ks + t + 4]), a3 = split_tf32(X[(g + 8) * LD + ks + t + 4]);
+        const tf32_pair b0 = split_tf32(Y[(ks + t) * LD + g]), b1 = split_tf32(Y[(ks + t + 4) * LD + g]);
+        const uint32_t ah[4] = {a0.hi, a1.hi, a2.hi, a3.hi}, al[4] = {a0.lo, a1.lo, a2.lo, a3.lo};
+        mma_tf32(c.lh, al, b0.hi, b1.hi);
+        mma_tf32(c.hl, ah, b0.lo, b1.lo);
+        mma_tf32(c.hh, ah, b0.hi, b1.hi);
+    }
+}
+
+template <int LD>
+__device__ __forceinline__ void store_16x8(float *dst, const acc3 &c, float sign, int g, int t)
+{
+    *reinterpret_cast<float2 *>(dst + g * LD + 2 * t) = make_float2(sign * c.sum(0), sign * c.sum(1));
+    *reinterpret_cast<float2 *>(dst + (g + 8) * LD + 2 * t) = make_float2(sign * c.sum(2), sign * c.sum(3));
+}
+
+/* Columns n0 .. n0 + 7 of the blocks (i0, j) .. (i0 + NI - 1, j) of T = (I + A)^-1 (one warp),
+ * as the lower-left corner of the inverse of the 2 x 2 block split at i0:
+ *   T[i0.., j] = -T[i0.., i0..] A[i0.., j .. i0 - 1] T[j .. i0 - 1, j],
+ * from blocks that are already final: the diagonal blocks and those of the same column above i0,
+ * and T[i0.., i0..] (for NI = 2, T[i0 + 1, i0] too). The middle product passes through the target
+ * blocks themselves (this warp's columns only) to become the B operand of the last one. */
+template <int LD, int NI>
+__device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i0, int j, int n0, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    acc3 s[NI] = {}, r[NI] = {};
+#pragma unroll
+    for (int ii = 0; ii < NI; ++ii)
+        for (int kb = j; kb < i0; ++kb)
+            mma_16x8_f32<LD>(s[ii], As + 16 * (i0 + ii) * LD + 16 * kb, Ts + 16 * kb * LD + 16 * j + n0, g, t);
+#pragma unroll
+    for (int ii = 0; ii < NI; ++ii)
+        store_16x8<LD>(Ts + 16 * (i0 + ii) * LD + 16 * j + n0, s[ii], 1.f, g, t);
+    __syncwarp();
+#pragma unroll
+    for (int ii = 0; ii < NI; ++ii)
+#pragma unroll
+        for (int m = 0; m <= ii; ++m)
+            mma_16x8_f32<LD>(r[ii], Ts + 16 * (i0 + ii) * LD + 16 * (i0 + m), Ts + 16 * (i0 + m) * LD + 16 * j + n0, g, t);
+    __syncwarp();
+#pragma unroll
+    for (int ii = 0; ii < NI; ++ii)
+        store_16x8<LD>(Ts + 16 * (i0 + ii) * LD + 16 * j + n0, r[ii], -1.f, g, t);
+}
+
 /* CTAs per SM the registers of chunk_prep are fitted to: 5 (96 registers, no spills; 6 would
- * spill 400 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
- * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere. Dev builds may
- * try others. */
+ * spill ~350 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
+ * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere (measured before
+ * the tensor-core inverse; 5 x 35.3 KB of shared memory still fit). Dev builds may try others. */
 #ifdef GDN_CHUNK_DEV_PREP_CTAS
 constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
 #else
@@ -300,7 +386,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
     }
     __syncthreads();
 
-    /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15. */
+    /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15, only the column blocks on and below
+     * the diagonal (nothing above it is read: A is strictly lower triangular, Pm lower). */
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
     float kk[8][4], qk[8][4];
 #pragma unroll
@@ -315,6 +402,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         ldsm_x4(aq, smem_u32(Qs + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
 #pragma unroll
         for (int nn = 0; nn < 4; ++nn) {
+            if (nn > warp)
+                break;
             uint32_t b[4];
             ldsm_x4(b, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
             op<T>::mma(kk[2 * nn], ak, b[0], b[1]);
@@ -343,6 +432,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         __syncthreads(); /* Q and K consumed: A and T take their place */
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
+            if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
+                break;
             const float2 gcol = make_float2(gam[8 * nt + 2 * t] * LOG2E, gam[8 * nt + 2 * t + 1] * LOG2E);
             const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
 #pragma unroll
@@ -358,72 +449,71 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
                     pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
                 }
                 *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
-                if (nt < 2 * (warp + 1)) /* row i lies in block row warp */
-                    pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
+                pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
             }
         }
+    }
+    __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
+
+    /* T = (I + A)^-1, unit lower triangular, by 16 x 16 blocks. The four diagonal blocks at once,
+     * warp w block w, by forward substitution: lane cc < 16 solves column cc in registers, each
+     * row of A read as float4 (a broadcast). Then, with 3xTF32 tensor-core products
+     * (inverse_blocks), the blocks (1, 0), (2, 1), (3, 2), and last (2, 0) with (3, 0), and
+     * (3, 1): three barriers in all. */
+    if (lane < 16) {
+        const int r0 = 16 * warp, cc = lane;
+        float x[16];
+#pragma unroll
+        for (int i2 = 0; i2 < 16; ++i2) {
+            const float *arow = As + (r0 + i2) * LD + r0;
+            float a[16];
+#pragma unroll
+            for (int q4 = 0; q4 < (i2 + 3) / 4; ++q4) {
+                const float4 v = *reinterpret_cast<const float4 *>(arow + 4 * q4);
+                a[4 * q4] = v.x;
+                a[4 * q4 + 1] = v.y;
+                a[4 * q4 + 2] = v.z;
+                a[4 * q4 + 3] = v.w;
+            }
+            float s = i2 == cc ? 1.f : 0.f;
+#pragma unroll
+            for (int ii = 0; ii < i2; ++ii)
+                s -= a[ii] * x[ii];
+            x[i2] = s;
+        }
+#pragma unroll
+        for (int ii = 0; ii < 16; ++ii)
+            Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
     }
     __syncthreads();
+    /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
+    for (int task = warp; task < 6; task += 4)
+        inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
+    __syncthreads();
+    if (warp < 2)
+        inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
+    else
+        inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
+    __syncthreads();
 
-    /* T = (I + A)^-1, unit lower triangular, by 16-row blocks: first the contribution of the
-     * finished rows above the block (independent dot products, all threads), then substitution
-     * inside the block, one thread per column with the block's 16 entries in registers
-     * (right-looking: each finished row is subtracted from the rows below at once). */
-#pragma unroll
-    for (int r0 = 0; r0 < C; r0 += 16) {
-        if (r0 > 0) {
-            /* 2 x 2 output tiles: rows i, i + 1 and columns cc, cc + 1 (cc even, so T[cc][cc + 1]
-             * is the zero written by the substitution of cc's block). */
-            for (int idx = tid; idx < 4 * r0; idx += 128) {
-                const int i = r0 + 2 * (idx / (r0 / 2)), cc = 2 * (idx % (r0 / 2));
-                float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-                for (int j = cc; j < r0; j += 2) {
-                    const float2 a0 = *reinterpret_cast<const float2 *>(As + i * LD + j);
-                    const float2 a1 = *reinterpret_cast<const float2 *>(As + (i + 1) * LD + j);
-                    const float2 t0 = *reinterpret_cast<const float2 *>(Ts + j * LD + cc);
-                    const float2 t1 = *reinterpret_cast<const float2 *>(Ts + (j + 1) * LD + cc);
-                    s00 += a0.x * t0.x + a0.y * t1.x;
-                    s01 += a0.x * t0.y + a0.y * t1.y;
-                    s10 += a1.x * t0.x + a1.y * t1.x;
-                    s11 += a1.x * t0.y + a1.y * t1.y;
-                }
-                *reinterpret_cast<float2 *>(Ts + i * LD + cc) = make_float2(-s00, -s01);
-                *reinterpret_cast<float2 *>(Ts + (i + 1) * LD + cc) = make_float2(-s10, -s11);
-            }
-            __syncthreads();
-        }
-        if (tid < r0 + 16) {
-            const int cc = tid;
-            float x[16];
-#pragma unroll
-            for (int ii = 0; ii < 16; ++ii)
-                x[ii] = cc < r0 ? Ts[(r0 + ii) * LD + cc] : (r0 + ii == cc ? 1.f : 0.f);
-#pragma unroll
-            for (int ii = 0; ii < 16; ++ii)
-#pragma unroll
-                for (int i2 = ii + 1; i2 < 16; ++i2)
-                    x[i2] -= As[(r0 + i2) * LD + r0 + ii] * x[ii];
-#pragma unroll
-            for (int ii = 0; ii < 16; ++ii)
-                Ts[(r0 + ii) * LD + cc] = x[ii];
-        }
-        __syncthreads();
-    }
-
-    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). */
+    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A warp
+     * takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads of T hit
+     * every bank once per 8 rows, and beta is a broadcast. */
     T *tb_out = reinterpret_cast<T *>(wsc);
     for (int idx = tid; idx < C * 8; idx += 128) {
-        const int i = idx >> 3, ch = idx & 7;
+        const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
         if ((ch >> 1) > (i >> 4))
             continue;
+        const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
+        const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
+        const float4 b0 = *reinterpret_cast<const float4 *>(bet + j);
+        const float4 b1 = *reinterpret_cast<const float4 *>(bet + j + 4);
+        const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
+                            t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
         uint32_t w[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int j = ch * 8 + 2 * e;
-            const float x0 = j <= i ? Ts[i * LD + j] * bet[j] : 0.f;
-            const float x1 = j + 1 <= i ? Ts[i * LD + j + 1] * bet[j + 1] : 0.f;
-            w[e] = op<T>::pack(x0, x1);
-        }
+        for (int e = 0; e < 4; ++e)
+            w[e] = op<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
         *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
     }
     float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
