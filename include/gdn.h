@@ -201,8 +201,13 @@ typedef struct gdn_chunk_fwd_args {
     void *stream;            /* cudaStream_t for CUDA tensors */
 } gdn_chunk_fwd_args;
 
-/* Bytes of workspace gdn_chunk_fwd needs for these arguments (validated as by the call itself;
- * the workspace fields are ignored). */
+/* Bytes of workspace for these arguments (validated as by the call itself; the workspace fields
+ * are ignored): the size for the fastest path. On CUDA the call accepts less, down to what the
+ * plain (not context-parallel) path needs, and then takes that path; that least size never grows
+ * when B, T or HV shrink, so a workspace sized by this query for the largest batch serves every
+ * smaller one. Results are bitwise reproducible for identical calls on the same GPU model with the
+ * same workspace size; the batch, the head count and the workspace size may change the order of
+ * the floating-point sums (tile and path choice). */
 GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes);
 GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
 

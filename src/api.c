@@ -808,19 +808,21 @@ typedef struct fwd_op {
     gdn_status (*resolve)(const void *args, gdn_problem *p, device_ctx *dev);
     gdn_status (*cpu)(const gdn_problem *p);
 #ifdef GDN_WITH_CUDA
-    size_t (*cuda_workspace)(const gdn_problem *p);
+    size_t (*cuda_workspace)(const gdn_problem *p);     /* the query's answer: the fastest path */
+    size_t (*cuda_workspace_min)(const gdn_problem *p); /* the least the call accepts */
     gdn_status (*cuda)(const gdn_problem *p);
 #endif
 } fwd_op;
 
-static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p)
+static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p, int least)
 {
 #ifdef GDN_WITH_CUDA
     if (p->device == GDN_DEVICE_CUDA)
-        return op->cuda_workspace(p);
+        return least ? op->cuda_workspace_min(p) : op->cuda_workspace(p);
 #endif
     (void)op;
     (void)p;
+    (void)least;
     return 0;
 }
 
@@ -832,17 +834,18 @@ static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t 
     gdn_problem p;
     device_ctx dev = {0};
     TRY(op->resolve(args, &p, &dev));
-    *bytes = fwd_workspace(op, &p);
+    *bytes = fwd_workspace(op, &p, 0);
     return GDN_OK;
 }
 
-static gdn_status check_workspace(const gdn_problem *p, size_t need)
+static gdn_status check_workspace(const gdn_problem *p, size_t need, size_t query)
 {
     if (need == 0)
         return GDN_OK;
     if (!p->workspace || p->workspace_bytes < need)
-        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes given%s, %zu needed (ask the workspace query)",
-                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need);
+        return gdn_set_error(GDN_ERR_WORKSPACE,
+                             "workspace: %zu bytes given%s, at least %zu needed (the workspace query gives %zu)",
+                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need, query);
     if ((uintptr_t)p->workspace % 256 != 0)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "workspace: pointer must be 256-byte aligned");
     return GDN_OK;
@@ -856,7 +859,7 @@ static gdn_status fwd_run(const fwd_op *op, const void *args)
     TRY(op->resolve(args, &p, &dev));
     device_guard guard;
     TRY(enter_device(&dev, &guard));
-    gdn_status st = check_workspace(&p, fwd_workspace(op, &p));
+    gdn_status st = check_workspace(&p, fwd_workspace(op, &p, 1), fwd_workspace(op, &p, 0));
     if (st == GDN_OK) {
 #ifdef GDN_WITH_CUDA
         st = p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);
@@ -880,9 +883,10 @@ static gdn_status resolve_recurrent_any(const void *args, gdn_problem *p, device
 
 #ifdef GDN_WITH_CUDA
 static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd, gdn_cuda_chunk_fwd_workspace_size,
-                                gdn_cuda_chunk_fwd};
+                                gdn_cuda_chunk_fwd_workspace_min, gdn_cuda_chunk_fwd};
 static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd,
-                                    gdn_cuda_recurrent_fwd_workspace_size, gdn_cuda_recurrent_fwd};
+                                    gdn_cuda_recurrent_fwd_workspace_size, gdn_cuda_recurrent_fwd_workspace_size,
+                                    gdn_cuda_recurrent_fwd};
 #else
 static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd};
 static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd};

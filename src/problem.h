@@ -111,6 +111,7 @@ gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
 #ifdef GDN_WITH_CUDA
 gdn_status gdn_cuda_gating(const gdn_gating_problem *p);
 size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p);
+size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the call accepts */
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
 size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);

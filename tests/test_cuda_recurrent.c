@@ -156,28 +156,6 @@ typedef struct opts {
     float scale;
 } opts;
 
-/* Log decays that push the kernels' running decay scale out of its range: per value head,
- * hv % 4 == 0 cycles through g = -inf (exp(g) = 0), -60, -15, -3, -0.5, -1e-4 and 0;
- * 1 and 2 hold g = -3 and -1.5 for every token (the product of the decays leaves [2^-20, 1]
- * after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. */
-static void set_extreme_gates(tu_case *c)
-{
-    static const double cyc[] = {-INFINITY, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0};
-    const tu_case_config *k = &c->c;
-    for (int64_t i = 0; i < k->B * k->T * k->HV; i++) {
-        const int64_t hv = i % k->HV, tok = i / k->HV;
-        double g = c->g64[i];
-        if (hv % 4 == 0)
-            g = cyc[(tok + hv / 4) % 7];
-        else if (hv % 4 == 1)
-            g = -3.0;
-        else if (hv % 4 == 2)
-            g = -1.5;
-        c->g64[i] = g;
-        c->g[i] = (float)g;
-    }
-}
-
 static void run_case(const opts *o, uint64_t seed)
 {
     tu_case_config cfg;
@@ -204,7 +182,7 @@ static void run_case(const opts *o, uint64_t seed)
     tu_case c;
     tu_case_init(&c, &cfg);
     if (o->extreme_gates)
-        set_extreme_gates(&c);
+        tu_case_set_extreme_gates(&c);
 
     const tu_case_config *k = &c.c;
     size_t n_o = (size_t)(k->B * k->T * k->HV * k->V), n_ht = (size_t)c.state_numel;

@@ -256,6 +256,8 @@ __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i
  * spill ~350 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
  * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere (measured before
  * the tensor-core inverse; 5 x 35.3 KB of shared memory still fit). Dev builds may try others. */
+constexpr float G_FLOOR = -40.f; /* log decays below it are raised to it (chunk_prep) */
+
 #ifdef GDN_CHUNK_DEV_PREP_CTAS
 constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
 #else
@@ -332,6 +334,11 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
                 const float sp = bx > p.sp_threshold ? x : log1pf(expf(bx)) / p.sp_beta;
                 gv = -expf(p.A_log[hv]) * sp;
             }
+            /* A floor on the log decay: exp(-40) ~ 4e-18 resets any f32 state as g = -inf does, and
+             * it keeps gam_i - gam_j finite (-inf - -inf would be NaN) and exact enough in f32.
+             * NaN stays NaN. */
+            if (gv < G_FLOOR)
+                gv = G_FLOOR;
             bv = load_any(p.beta, p.beta_dtype, sq.row * p.be_b + t * p.be_t + hv * p.be_h);
             if (p.beta_from_logits) {
                 bv = 1.f / (1.f + expf(-bv));
@@ -1084,7 +1091,7 @@ static cp_plan plan_cp(const gdn_problem *p)
     if (nseg < CP_MIN_SEGS)
         return cp;
 #ifdef GDN_CHUNK_DEV_SEGS /* dev builds: another segment count, for bench comparisons */
-    nseg = min64(GDN_CHUNK_DEV_SEGS, cps);
+    nseg = min64(GDN_CHUNK_DEV_SEGS > 2 ? GDN_CHUNK_DEV_SEGS : 2, cps); /* CP needs two segments or more */
 #endif
     cp.seg_chunks = (cps + nseg - 1) / nseg;
     cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
@@ -1101,6 +1108,18 @@ static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
     return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
 }
 
+/* One launch, with the error of that launch alone (not one an earlier call left pending). */
+static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int threads, int smem,
+                                cudaStream_t stream, const params &prm, const char *what)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ctas);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = stream;
+    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, prm), what);
+}
+
 template <typename T, int K>
 static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
@@ -1112,8 +1131,7 @@ static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStrea
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
                              "chunk_prep smem")) != GDN_OK)
         return st;
-    prep<<<(unsigned)(prm.slots * p->HV), 128, PB, stream>>>(prm);
-    return gdn_cuda_check(cudaGetLastError(), "chunk_prep launch");
+    return launch_kernel(prep, prm.slots * p->HV, 128, PB, stream, prm, "chunk_prep launch");
 }
 
 /* chunk_main over nseg segments (1 without CP) of every (sequence, value head), with PRE the
@@ -1128,8 +1146,8 @@ static gdn_status launch_main(const params &prm, const gdn_problem *p, int64_t n
                              "chunk_main smem")) != GDN_OK)
         return st;
     const int64_t cols = PRE ? p->V + K : p->V;
-    mainf<<<(unsigned)(nseg * p->N * p->HV * (cols / (16 * NW))), main_threads<NW, KS, PRE>(), MB, stream>>>(prm);
-    return gdn_cuda_check(cudaGetLastError(), "chunk_main launch");
+    return launch_kernel(mainf, nseg * p->N * p->HV * (cols / (16 * NW)), main_threads<NW, KS, PRE>(), MB, stream,
+                         prm, "chunk_main launch");
 }
 
 template <typename T, int K, int NW, int KS>
@@ -1153,8 +1171,8 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, SB),
                              "cp_scan smem")) != GDN_OK)
         return st;
-    scan<<<(unsigned)(p->N * p->HV * (p->V / SCAN_ROWS)), scan_threads<K>(), SB, stream>>>(prm);
-    if ((st = gdn_cuda_check(cudaGetLastError(), "cp_scan launch")) != GDN_OK)
+    if ((st = launch_kernel(scan, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(), SB, stream, prm,
+                            "cp_scan launch")) != GDN_OK)
         return st;
     return launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
 }
@@ -1187,10 +1205,16 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
 
 using namespace gdn_chunk;
 
+/* The query's size: the plain path's workspace plus, where context parallelism pays, its segment
+ * maps. The call needs only the plain part (gdn_cuda_chunk_fwd_workspace_min, which never grows
+ * when N, T or HV shrink) and takes the context-parallel path only when the rest is there too, so
+ * a workspace sized by the query for the largest batch serves every smaller one. */
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p)
 {
     return chunk_ws_bytes(p) + cp_ws_bytes(p, plan_cp(p));
 }
+
+extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p) { return chunk_ws_bytes(p); }
 
 static bool aligned16(const void *ptr, const int64_t *s, int n)
 {
@@ -1221,9 +1245,9 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
                                  "of 8 elements and a 16-byte aligned pointer", names[i]);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    const size_t need = gdn_cuda_chunk_fwd_workspace_size(p);
+    const size_t need = gdn_cuda_chunk_fwd_workspace_min(p);
     if (need > 0 && (!p->workspace || p->workspace_bytes < need || (uintptr_t)p->workspace % 16 != 0))
-        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: %zu bytes needed, 16-byte aligned", need);
+        return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: at least %zu bytes needed, 16-byte aligned", need);
     if (p->N == 0 || p->HV == 0)
         return GDN_OK;
     /* One-dimensional grids (at most V / 32 CTAs per sequence and head in chunk_main). */
@@ -1273,7 +1297,9 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.ht_s[i] = p->final_state.s[i];
     }
     prm.ws = static_cast<unsigned char *>(p->workspace);
-    const cp_plan cp = plan_cp(p);
+    cp_plan cp = plan_cp(p);
+    if (cp.seg_chunks > 0 && p->workspace_bytes < gdn_cuda_chunk_fwd_workspace_size(p))
+        cp = cp_plan{1, 0}; /* a workspace sized for the plain path: run that */
     prm.seg_chunks = cp.seg_chunks;
     prm.nseg = cp.nseg;
     if (cp.seg_chunks > 0) {
