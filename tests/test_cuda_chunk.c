@@ -95,7 +95,36 @@ typedef struct opts {
     int alias_state; /* final state written over the initial state (same buffer) */
     int extreme_gates;  /* tu_case_set_extreme_gates: g = -inf and other extremes */
     int ws_least;       /* give the call a workspace 256 bytes short of the query's answer */
+    int graph;          /* capture the call in a CUDA graph on its own stream, then launch that */
 } opts;
+
+/* The call captured in a CUDA graph on a non-blocking stream (so it may not allocate, synchronize
+ * or read device data on the host), then the graph launched once. */
+static gdn_status run_captured(gdn_chunk_fwd_args *a)
+{
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+        return GDN_ERR_CUDA;
+    a->stream = stream;
+    cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+    gdn_status st = e == cudaSuccess ? gdn_chunk_fwd(a) : GDN_ERR_CUDA;
+    if (e == cudaSuccess && (e = cudaStreamEndCapture(stream, &graph)) == cudaSuccess) {
+        if (st == GDN_OK) {
+            if ((e = cudaGraphInstantiate(&exec, graph, 0)) == cudaSuccess) {
+                if ((e = cudaGraphLaunch(exec, stream)) == cudaSuccess)
+                    e = cudaStreamSynchronize(stream);
+                cudaGraphExecDestroy(exec);
+            }
+        }
+        cudaGraphDestroy(graph);
+    }
+    cudaStreamDestroy(stream);
+    a->stream = NULL;
+    tu_expect(e == cudaSuccess, "graph capture / replay: %s", cudaGetErrorString(e));
+    return st == GDN_OK && e != cudaSuccess ? GDN_ERR_CUDA : st;
+}
 
 static int run_case(const char *name, tu_case_config cfg, opts op)
 {
@@ -122,7 +151,7 @@ static int run_case(const char *name, tu_case_config cfg, opts op)
         d.a.final_state.data = d.a.initial_state.data;
     if (op.ws_least)
         d.a.workspace_bytes -= 256; /* less than the context-parallel path asks: the plain path runs */
-    gdn_status st = gdn_chunk_fwd(&d.a);
+    gdn_status st = op.graph ? run_captured(&d.a) : gdn_chunk_fwd(&d.a);
     if (!tu_expect(st == GDN_OK, "%s: gdn_chunk_fwd: %s (%s)", name, gdn_status_string(st), gdn_last_error())) {
         dev_free(&d);
         tu_case_free(&c);
@@ -188,7 +217,7 @@ static tu_case_config base(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t
     return c;
 }
 
-static const opts DEF = {0, 0, 1e-2, 0, 0, 0, 0};
+static const opts DEF = {0, 0, 1e-2, 0, 0, 0, 0, 0};
 
 /* Result of a test made of several cases: any failure fails it, else any skip (no GPU) skips it. */
 static int combine(int rc, int r)
@@ -200,7 +229,7 @@ static int combine(int rc, int r)
 
 /* Option matrix */
 
-static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2, 0, 0, 0, 0}); }
+static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2, 0, 0, 0, 0, 0}); }
 
 static int test_gva(void)
 {
@@ -257,7 +286,7 @@ static int test_states(void)
     c.initial_state = 0;
     rc = combine(rc, run_case("no initial state", c, DEF));
     c = base(190, 2, 4, 128, 61);
-    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0, 0}));
     c.layout = GDN_STATE_VK;
     c.seed = 62;
     rc = combine(rc, run_case("VK layout", c, DEF));
@@ -275,7 +304,7 @@ static int test_f16(void)
     tu_case_config c = base(300, 2, 4, 128, 70);
     c.dtype = GDN_DTYPE_F16;
     c.beta_dtype = GDN_DTYPE_F16;
-    return run_case("f16", c, (opts){0, 0, 5e-3, 0, 0, 0, 0});
+    return run_case("f16", c, (opts){0, 0, 5e-3, 0, 0, 0, 0, 0});
 }
 
 static int test_f32_unsupported(void)
@@ -320,7 +349,7 @@ static int test_varlen(void)
     static const int32_t lens[10] = {0, 1, 63, 64, 65, 200, 0, 1000, 3, 1};
     c.nseq = 10;
     memcpy(c.seqlens, lens, sizeof lens);
-    return run_case("varlen mixed", c, (opts){0, 1, 1e-2, 0, 0, 0, 0});
+    return run_case("varlen mixed", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
 }
 
 static int test_varlen_long_short(void)
@@ -351,7 +380,7 @@ static int test_mid_heads(void)
 {
     tu_case_config c = base(130, 4, 12, 128, 410);
     c.B = 2;
-    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2, 0, 0, 0, 0});
+    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
     c = base(100, 8, 40, 64, 411);
     if (run_case("K=V=64 H=8 HV=40", c, DEF) == TU_FAIL)
         rc = TU_FAIL;
@@ -362,7 +391,7 @@ static int test_many_heads(void)
 {
     int rc = TU_PASS;
     tu_case_config c = base(150, 16, 48, 128, 400);
-    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2, 0, 0, 0, 0}) == TU_FAIL)
+    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0}) == TU_FAIL)
         rc = TU_FAIL;
     c = base(130, 8, 72, 64, 401);
     if (run_case("K=V=64 H=8 HV=72", c, DEF) == TU_FAIL)
@@ -379,7 +408,7 @@ static int test_many_heads(void)
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
-    return run_case("T=4096", c, (opts){0, 1, 1e-2, 0, 0, 0, 0});
+    return run_case("T=4096", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
 }
 
 /* Context parallelism: with few (sequence, head) pairs and long sequences the CUDA path splits
@@ -399,31 +428,31 @@ static int test_cp(void)
 {
     int rc = TU_PASS;
     tu_case_config c = cp_case(3000, 2, 4, 128, 500);
-    rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){0, 1, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){0, 1, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(2500, 1, 2, 128, 501);
     c.B = 2;
     c.layout = GDN_STATE_VK;
-    rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){0, 0, 1e-2, 1, 1, 0, 0}));
+    rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){0, 0, 1e-2, 1, 1, 0, 0, 0}));
     c = cp_case(2113, 1, 1, 64, 502);
-    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = base(2113, 1, 2, 128, 503);
     c.raw_gates = 1;
-    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(4097, 1, 4, 128, 504);
     c.state_dtype = GDN_DTYPE_BF16;
-    rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(2200, 1, 1, 128, 505);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp no initial state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp no initial state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(2200, 1, 2, 128, 506);
-    rc = combine(rc, run_case("cp no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0, 0}));
     return rc;
 }
 
 /* The smallest CP case (8 segments of 4 chunks, one head, K = V = 64), for racecheck. */
 static int test_cp_small(void)
 {
-    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){0, 1, 1e-2, 1, 0, 0, 0});
+    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){0, 1, 1e-2, 1, 0, 0, 0, 0});
 }
 
 /* g = -inf (a full reset) and other extreme log decays, in short chunks, across chunks and across
@@ -431,10 +460,10 @@ static int test_cp_small(void)
 static int test_extreme_gates(void)
 {
     tu_case_config c = base(300, 2, 8, 128, 530);
-    int rc = run_case("extreme gates", c, (opts){0, 0, 1e-2, 1, 0, 1, 0});
+    int rc = run_case("extreme gates", c, (opts){0, 0, 1e-2, 1, 0, 1, 0, 0});
     c = base(4100, 1, 4, 128, 531);
     c.state_dtype = GDN_DTYPE_BF16;
-    rc = combine(rc, run_case("extreme gates cp", c, (opts){0, 0, 1e-2, 1, 0, 1, 0}));
+    rc = combine(rc, run_case("extreme gates cp", c, (opts){0, 0, 1e-2, 1, 0, 1, 0, 0}));
     return rc;
 }
 
@@ -443,7 +472,44 @@ static int test_extreme_gates(void)
  * path; an engine sizing once for its largest batch must be able to run smaller ones). */
 static int test_workspace_least(void)
 {
-    return run_case("cp shape, plain workspace", cp_case(1990, 1, 1, 64, 540), (opts){0, 1, 1e-2, 1, 0, 0, 1});
+    return run_case("cp shape, plain workspace", cp_case(1990, 1, 1, 64, 540), (opts){0, 1, 1e-2, 1, 0, 0, 1, 0});
+}
+
+/* V != K: K = 64 with V = 128, K = 128 with V = 256 (208 KB of shared memory per CTA), on the
+ * plain tiles, varlen, and the CP path. */
+static int test_head_dims_mixed(void)
+{
+    tu_case_config c = base(300, 2, 4, 64, 550);
+    c.V = 128;
+    int rc = run_case("K=64 V=128", c, DEF);
+    c = base(200, 1, 2, 128, 551);
+    c.V = 256;
+    rc = combine(rc, run_case("K=128 V=256", c, DEF));
+    c = base(0, 2, 4, 64, 552);
+    c.V = 128;
+    static const int32_t lens[4] = {65, 0, 130, 7};
+    c.nseq = 4;
+    memcpy(c.seqlens, lens, sizeof lens);
+    rc = combine(rc, run_case("varlen K=64 V=128", c, DEF));
+    c = cp_case(2113, 1, 1, 64, 553);
+    c.V = 128;
+    rc = combine(rc, run_case("cp K=64 V=128", c, (opts){0, 1, 1e-2, 1, 0, 0, 0, 0}));
+    c = cp_case(2500, 1, 1, 128, 554);
+    c.V = 256;
+    rc = combine(rc, run_case("cp K=128 V=256", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    return rc;
+}
+
+/* The call captured in a CUDA graph: varlen with cu_seqlens on the device, and the CP path. */
+static int test_graph_capture(void)
+{
+    tu_case_config c = base(0, 2, 4, 128, 560);
+    static const int32_t lens[5] = {200, 0, 65, 1000, 3};
+    c.nseq = 5;
+    memcpy(c.seqlens, lens, sizeof lens);
+    int rc = run_case("graph varlen", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 1});
+    rc = combine(rc, run_case("graph cp", cp_case(1990, 1, 1, 64, 561), (opts){0, 1, 1e-2, 0, 0, 0, 0, 1}));
+    return rc;
 }
 
 /* Long sequences, few heads (the CP path): errors printed, to compare with a build without CP. */
@@ -452,14 +518,14 @@ static int test_cp_long(void)
     int rc = TU_PASS;
     tu_case_config c = base(8192, 2, 8, 128, 510);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp T=8192 H=2 HV=8", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = base(16384, 1, 4, 128, 511);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(20000, 1, 2, 128, 512);
-    rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     c = cp_case(8192, 2, 8, 128, 513);
-    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
     return rc;
 }
 
@@ -487,6 +553,8 @@ int main(int argc, char **argv)
         {"cp_long", test_cp_long},
         {"extreme_gates", test_extreme_gates},
         {"workspace_least", test_workspace_least},
+        {"head_dims_mixed", test_head_dims_mixed},
+        {"graph_capture", test_graph_capture},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }
