@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check-pdl.sh - one device call: the prefill kernels launched with programmatic dependent launch
-# (main) against the same tree built with -DGDN_CHUNK_DEV_NO_PDL (plain launches). Builds both with
-# CMake Release in /tmp, runs test_cuda_chunk and compute-sanitizer memcheck on the PDL build,
+# (main + dev/prefill/chunk-pdl.patch, applied to a copy in /tmp) against the same code built with
+# -DGDN_CHUNK_DEV_NO_PDL (plain launches, as main launches today). Builds both with CMake Release, runs test_cuda_chunk and compute-sanitizer memcheck on the PDL build,
 # bench_prefill of both, and FLA (bench/fla_prefill.py, no accuracy: PDL changes no arithmetic)
 # beside the PDL build, with FLA's autotune warm-up during the builds. Table last.
 #   run(command="bash dev/prefill/check-pdl.sh 2>&1 | tail -n 40",
@@ -27,12 +27,16 @@ if [ -z "${NO_FLA:-}" ] && [ -d .peers/fla ]; then
     FLA_OK=1
 fi
 
+S=/tmp/pdl_src
+rm -rf $S && mkdir -p $S && cp -r CMakeLists.txt include src tests tools bench $S/
+(cd $S && patch -p1 -s <"$R/dev/prefill/chunk-pdl.patch") || { log "patch does not apply"; exit 1; }
+
 build() { # build DIR CUDA_FLAGS TARGETS...
     local d=$1 f=$2
     shift 2
-    cmake -S . -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$f" >"$d.log" 2>&1 &&
+    cmake -S $S -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$f" >"$d.log" 2>&1 &&
         cmake --build $d -j6 --target "$@" >>"$d.log" 2>&1 &&
-        nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$d.log" 2>&1
+        nvcc -O3 -std=c++17 $ARCH -I$S/include $S/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$d.log" 2>&1
 }
 build /tmp/pdl "" gdn gdn_static test_cuda_chunk & p1=$!
 build /tmp/nopdl "-DGDN_CHUNK_DEV_NO_PDL" gdn_static & p2=$!

@@ -1,6 +1,5 @@
 /*
- * cuda_common.cuh - shared helpers for the CUDA backend: dtype loads/stores, launch checks,
- * programmatic dependent launch.
+ * cuda_common.cuh - shared helpers for the CUDA backend: dtype loads/stores, launch checks.
  */
 #ifndef GDN_CUDA_COMMON_CUH
 #define GDN_CUDA_COMMON_CUH
@@ -28,14 +27,5 @@ template <typename T> __device__ __forceinline__ T gdn_from_f32(float x);
 template <> __device__ __forceinline__ float gdn_from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 gdn_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half gdn_from_f32<__half>(float x) { return __float2half_rn(x); }
-
-/* Programmatic dependent launch: the launcher lets a kernel start while the previous grid in the
- * stream is still running; the kernel waits for that grid (and its memory) before its first
- * global access, and lets its own dependents launch at once (they wait for its completion the
- * same way). No-ops without such a launch. */
-__device__ __forceinline__ void grid_dependency_sync()
-{
-    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
-}
 
 #endif /* GDN_CUDA_COMMON_CUH */

@@ -267,7 +267,6 @@ constexpr int PREP_CTAS = 5;
 template <int K, typename T>
 __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
 {
-    grid_dependency_sync(); /* before any global access: the launch may overlap the previous kernel */
     constexpr int KC = K / 8;
     constexpr int LD = prep_smem<K>::LD;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -594,7 +593,6 @@ template <int NW, int KS, bool PRE> constexpr int main_threads() { return ((KS +
 template <int K, int NW, int KS, bool PRE, typename T>
 __global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chunk_main_kernel(const params p)
 {
-    grid_dependency_sync(); /* before any global access: the launch may overlap the previous kernel */
     /* PRE has no output warps: the slab is its chain warps. */
     constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + (PRE ? 0 : 1)) * 32;
     constexpr int SA_THREADS = SLAB_THREADS + 32; /* the S^T hand-off: a slab and the copy warp */
@@ -985,7 +983,6 @@ template <int K> constexpr int scan_smem_bytes() { return (K * K + SCAN_ROWS * K
 template <int K>
 __global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const params p)
 {
-    grid_dependency_sync(); /* before any global access: the launch may overlap the previous kernel */
     constexpr int D4 = K / 4, THREADS = scan_threads<K>(), ML = K * K / 4 / THREADS;
     extern __shared__ __align__(128) unsigned char smem[];
     float4 *Ms = reinterpret_cast<float4 *>(smem);   /* M_j^T, K x K */
@@ -1111,9 +1108,7 @@ static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
     return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
 }
 
-/* One launch, with the error of that launch alone (not one an earlier call left pending), and
- * programmatic dependent launch: every kernel here waits for the previous grid in the stream at
- * its start (grid_dependency_sync), so its launch overlaps the previous kernel's tail. */
+/* One launch, with the error of that launch alone (not one an earlier call left pending). */
 static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int threads, int smem,
                                 cudaStream_t stream, const params &prm, const char *what)
 {
@@ -1122,13 +1117,6 @@ static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int 
     cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
-#ifndef GDN_CHUNK_DEV_NO_PDL /* dev builds: plain launches, for bench comparisons */
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-#endif
     return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, prm), what);
 }
 

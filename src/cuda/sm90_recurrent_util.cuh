@@ -213,6 +213,15 @@ __device__ __forceinline__ void fence_proxy_async()
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Programmatic dependent launch: the launcher lets a kernel start while the previous grid in the
+ * stream is still running; the kernel waits for that grid (and its memory) before its first
+ * global access, and lets its own dependents launch at once (they wait for its completion the
+ * same way). No-ops without such a launch. */
+__device__ __forceinline__ void grid_dependency_sync()
+{
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+}
+
 /* softplus with vLLM's threshold, accurate expf / log1pf (judged against float64). */
 __device__ __forceinline__ float softplus(float x, float beta_sp, float threshold)
 {
