@@ -217,7 +217,7 @@ static tu_case_config base(int64_t T, int64_t H, int64_t HV, int64_t K, uint64_t
     return c;
 }
 
-static const opts DEF = {0, 0, 1e-2, 0, 0, 0, 0, 0};
+static const opts DEF = {.tol = 1e-2};
 
 /* Result of a test made of several cases: any failure fails it, else any skip (no GPU) skips it. */
 static int combine(int rc, int r)
@@ -229,7 +229,10 @@ static int combine(int rc, int r)
 
 /* Option matrix */
 
-static int test_basic(void) { return run_case("basic", base(300, 2, 4, 128, 1), (opts){0, 1, 1e-2, 0, 0, 0, 0, 0}); }
+static int test_basic(void)
+{
+    return run_case("basic", base(300, 2, 4, 128, 1), (opts){.check_determinism = 1, .tol = 1e-2});
+}
 
 static int test_gva(void)
 {
@@ -286,7 +289,7 @@ static int test_states(void)
     c.initial_state = 0;
     rc = combine(rc, run_case("no initial state", c, DEF));
     c = base(190, 2, 4, 128, 61);
-    rc = combine(rc, run_case("no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("no final state", c, (opts){.no_final = 1, .tol = 1e-2}));
     c.layout = GDN_STATE_VK;
     c.seed = 62;
     rc = combine(rc, run_case("VK layout", c, DEF));
@@ -304,7 +307,7 @@ static int test_f16(void)
     tu_case_config c = base(300, 2, 4, 128, 70);
     c.dtype = GDN_DTYPE_F16;
     c.beta_dtype = GDN_DTYPE_F16;
-    return run_case("f16", c, (opts){0, 0, 5e-3, 0, 0, 0, 0, 0});
+    return run_case("f16", c, (opts){.tol = 5e-3});
 }
 
 static int test_f32_unsupported(void)
@@ -349,7 +352,7 @@ static int test_varlen(void)
     static const int32_t lens[10] = {0, 1, 63, 64, 65, 200, 0, 1000, 3, 1};
     c.nseq = 10;
     memcpy(c.seqlens, lens, sizeof lens);
-    return run_case("varlen mixed", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
+    return run_case("varlen mixed", c, (opts){.check_determinism = 1, .tol = 1e-2});
 }
 
 static int test_varlen_long_short(void)
@@ -380,7 +383,7 @@ static int test_mid_heads(void)
 {
     tu_case_config c = base(130, 4, 12, 128, 410);
     c.B = 2;
-    int rc = run_case("B=2 H=4 HV=12", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
+    int rc = run_case("B=2 H=4 HV=12", c, (opts){.check_determinism = 1, .tol = 1e-2});
     c = base(100, 8, 40, 64, 411);
     if (run_case("K=V=64 H=8 HV=40", c, DEF) == TU_FAIL)
         rc = TU_FAIL;
@@ -391,7 +394,7 @@ static int test_many_heads(void)
 {
     int rc = TU_PASS;
     tu_case_config c = base(150, 16, 48, 128, 400);
-    if (run_case("H=16 HV=48", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0}) == TU_FAIL)
+    if (run_case("H=16 HV=48", c, (opts){.check_determinism = 1, .tol = 1e-2}) == TU_FAIL)
         rc = TU_FAIL;
     c = base(130, 8, 72, 64, 401);
     if (run_case("K=V=64 H=8 HV=72", c, DEF) == TU_FAIL)
@@ -408,7 +411,7 @@ static int test_many_heads(void)
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
-    return run_case("T=4096", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 0});
+    return run_case("T=4096", c, (opts){.check_determinism = 1, .tol = 1e-2});
 }
 
 /* Context parallelism: with few (sequence, head) pairs and long sequences the CUDA path splits
@@ -428,31 +431,31 @@ static int test_cp(void)
 {
     int rc = TU_PASS;
     tu_case_config c = cp_case(3000, 2, 4, 128, 500);
-    rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){0, 1, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=3000 H=2 HV=4", c, (opts){.check_determinism = 1, .tol = 1e-2, .report = 1}));
     c = cp_case(2500, 1, 2, 128, 501);
     c.B = 2;
     c.layout = GDN_STATE_VK;
-    rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){0, 0, 1e-2, 1, 1, 0, 0, 0}));
+    rc = combine(rc, run_case("cp B=2 T=2500 VK aliased", c, (opts){.tol = 1e-2, .report = 1, .alias_state = 1}));
     c = cp_case(2113, 1, 1, 64, 502);
-    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp K=V=64 T=2113", c, (opts){.tol = 1e-2, .report = 1}));
     c = base(2113, 1, 2, 128, 503);
     c.raw_gates = 1;
-    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=2113 raw gates", c, (opts){.tol = 1e-2, .report = 1}));
     c = cp_case(4097, 1, 4, 128, 504);
     c.state_dtype = GDN_DTYPE_BF16;
-    rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=4097 bf16 state", c, (opts){.tol = 1e-2, .report = 1}));
     c = cp_case(2200, 1, 1, 128, 505);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp no initial state", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp no initial state", c, (opts){.tol = 1e-2, .report = 1}));
     c = cp_case(2200, 1, 2, 128, 506);
-    rc = combine(rc, run_case("cp no final state", c, (opts){1, 0, 1e-2, 0, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp no final state", c, (opts){.no_final = 1, .tol = 1e-2}));
     return rc;
 }
 
 /* The smallest CP case (8 segments of 4 chunks, one head, K = V = 64), for racecheck. */
 static int test_cp_small(void)
 {
-    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){0, 1, 1e-2, 1, 0, 0, 0, 0});
+    return run_case("cp small", cp_case(1990, 1, 1, 64, 520), (opts){.check_determinism = 1, .tol = 1e-2, .report = 1});
 }
 
 /* g = -inf (a full reset) and other extreme log decays, in short chunks, across chunks and across
@@ -460,10 +463,10 @@ static int test_cp_small(void)
 static int test_extreme_gates(void)
 {
     tu_case_config c = base(300, 2, 8, 128, 530);
-    int rc = run_case("extreme gates", c, (opts){0, 0, 1e-2, 1, 0, 1, 0, 0});
+    int rc = run_case("extreme gates", c, (opts){.tol = 1e-2, .report = 1, .extreme_gates = 1});
     c = base(4100, 1, 4, 128, 531);
     c.state_dtype = GDN_DTYPE_BF16;
-    rc = combine(rc, run_case("extreme gates cp", c, (opts){0, 0, 1e-2, 1, 0, 1, 0, 0}));
+    rc = combine(rc, run_case("extreme gates cp", c, (opts){.tol = 1e-2, .report = 1, .extreme_gates = 1}));
     return rc;
 }
 
@@ -472,7 +475,8 @@ static int test_extreme_gates(void)
  * path; an engine sizing once for its largest batch must be able to run smaller ones). */
 static int test_workspace_least(void)
 {
-    return run_case("cp shape, plain workspace", cp_case(1990, 1, 1, 64, 540), (opts){0, 1, 1e-2, 1, 0, 0, 1, 0});
+    return run_case("cp shape, plain workspace", cp_case(1990, 1, 1, 64, 540),
+                    (opts){.check_determinism = 1, .tol = 1e-2, .report = 1, .ws_least = 1});
 }
 
 /* V != K: K = 64 with V = 128, K = 128 with V = 256 (208 KB of shared memory per CTA), on the
@@ -493,10 +497,10 @@ static int test_head_dims_mixed(void)
     rc = combine(rc, run_case("varlen K=64 V=128", c, DEF));
     c = cp_case(2113, 1, 1, 64, 553);
     c.V = 128;
-    rc = combine(rc, run_case("cp K=64 V=128", c, (opts){0, 1, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp K=64 V=128", c, (opts){.check_determinism = 1, .tol = 1e-2, .report = 1}));
     c = cp_case(2500, 1, 1, 128, 554);
     c.V = 256;
-    rc = combine(rc, run_case("cp K=128 V=256", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp K=128 V=256", c, (opts){.tol = 1e-2, .report = 1}));
     return rc;
 }
 
@@ -507,8 +511,9 @@ static int test_graph_capture(void)
     static const int32_t lens[5] = {200, 0, 65, 1000, 3};
     c.nseq = 5;
     memcpy(c.seqlens, lens, sizeof lens);
-    int rc = run_case("graph varlen", c, (opts){0, 1, 1e-2, 0, 0, 0, 0, 1});
-    rc = combine(rc, run_case("graph cp", cp_case(1990, 1, 1, 64, 561), (opts){0, 1, 1e-2, 0, 0, 0, 0, 1}));
+    int rc = run_case("graph varlen", c, (opts){.check_determinism = 1, .tol = 1e-2, .graph = 1});
+    rc = combine(rc, run_case("graph cp", cp_case(1990, 1, 1, 64, 561),
+                              (opts){.check_determinism = 1, .tol = 1e-2, .graph = 1}));
     return rc;
 }
 
@@ -518,14 +523,14 @@ static int test_cp_long(void)
     int rc = TU_PASS;
     tu_case_config c = base(8192, 2, 8, 128, 510);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp T=8192 H=2 HV=8", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8", c, (opts){.tol = 1e-2, .report = 1}));
     c = base(16384, 1, 4, 128, 511);
     c.initial_state = 0;
-    rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=16384 H=1 HV=4", c, (opts){.tol = 1e-2, .report = 1}));
     c = cp_case(20000, 1, 2, 128, 512);
-    rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=20000 long memory", c, (opts){.tol = 1e-2, .report = 1}));
     c = cp_case(8192, 2, 8, 128, 513);
-    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){0, 0, 1e-2, 1, 0, 0, 0, 0}));
+    rc = combine(rc, run_case("cp T=8192 H=2 HV=8 long memory", c, (opts){.tol = 1e-2, .report = 1}));
     return rc;
 }
 
