@@ -838,14 +838,17 @@ static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t 
     return GDN_OK;
 }
 
-static gdn_status check_workspace(const gdn_problem *p, size_t need, size_t query)
+/* The call needs the backend's least workspace; the query's (larger) size is only for the message. */
+static gdn_status check_workspace(const fwd_op *op, const gdn_problem *p)
 {
+    const size_t need = fwd_workspace(op, p, 1);
     if (need == 0)
         return GDN_OK;
     if (!p->workspace || p->workspace_bytes < need)
         return gdn_set_error(GDN_ERR_WORKSPACE,
                              "workspace: %zu bytes given%s, at least %zu needed (the workspace query gives %zu)",
-                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need, query);
+                             p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need,
+                             fwd_workspace(op, p, 0));
     if ((uintptr_t)p->workspace % 256 != 0)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "workspace: pointer must be 256-byte aligned");
     return GDN_OK;
@@ -859,7 +862,7 @@ static gdn_status fwd_run(const fwd_op *op, const void *args)
     TRY(op->resolve(args, &p, &dev));
     device_guard guard;
     TRY(enter_device(&dev, &guard));
-    gdn_status st = check_workspace(&p, fwd_workspace(op, &p, 1), fwd_workspace(op, &p, 0));
+    gdn_status st = check_workspace(op, &p);
     if (st == GDN_OK) {
 #ifdef GDN_WITH_CUDA
         st = p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);

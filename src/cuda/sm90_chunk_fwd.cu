@@ -1298,7 +1298,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     }
     prm.ws = static_cast<unsigned char *>(p->workspace);
     cp_plan cp = plan_cp(p);
-    if (cp.seg_chunks > 0 && p->workspace_bytes < gdn_cuda_chunk_fwd_workspace_size(p))
+    if (cp.seg_chunks > 0 && p->workspace_bytes < need + cp_ws_bytes(p, cp))
         cp = cp_plan{1, 0}; /* a workspace sized for the plain path: run that */
     prm.seg_chunks = cp.seg_chunks;
     prm.nseg = cp.nseg;
