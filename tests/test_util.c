@@ -1061,10 +1061,9 @@ done:
 }
 
 /* Log decays that push the kernels to their limits (decode's running decay scale, prefill's floor
- * on g): per value head,
- * hv % 4 == 0 cycles through g = -inf (exp(g) = 0), -60, -15, -3, -0.5, -1e-4 and 0;
- * 1 and 2 hold g = -3 and -1.5 for every token (the product of the decays leaves [2^-20, 1]
- * after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. */
+ * on g): per value head, hv % 4 == 0 cycles through g = -inf (exp(g) = 0), -60, -15, -3, -0.5,
+ * -1e-4 and 0; 1 and 2 hold g = -3 and -1.5 for every token (the product of the decays leaves
+ * [2^-20, 1] after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. */
 void tu_case_set_extreme_gates(tu_case *c)
 {
     static const double cyc[] = {-INFINITY, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0};
