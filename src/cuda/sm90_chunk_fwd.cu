@@ -49,6 +49,7 @@
  */
 #include "cuda_common.cuh"
 #include "sm90_chunk_mma.cuh"
+#include "sm90_wgmma.cuh"
 
 namespace gdn_chunk {
 
@@ -968,6 +969,9 @@ __global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chun
     }
 }
 
+/* chunk_wg: the same main pass on warpgroup MMA, 64 value rows per CTA (V a multiple of 64). */
+#include "sm90_chunk_wg.cuh"
+
 /* ------------------------------------------------------------------------------------------ */
 /* cp_scan: the states entering each segment, S_j+1 = M_j S_j + N_j, in f32 (as S^T:            */
 /* S^T_j+1 = S^T_j M_j^T + N_j^T). One CTA per (sequence, value head, 8 value rows of S^T), the  */
@@ -1157,6 +1161,29 @@ static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t s
     return st != GDN_OK ? st : launch_main<T, K, NW, KS, false>(prm, p, 1, stream);
 }
 
+/* chunk_wg takes the main pass wherever its 64-row tiles fit. GDN_CHUNK_DEV_NO_WG keeps
+ * chunk_main there (dev builds: comparisons). */
+static bool wg_fits(const gdn_problem *p)
+{
+#ifdef GDN_CHUNK_DEV_NO_WG
+    return false;
+#else
+    return p->V % 64 == 0;
+#endif
+}
+
+template <typename T, int K>
+static gdn_status launch_wg(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
+{
+    gdn_status st;
+    auto wg = chunk_wg_kernel<K, T>;
+    constexpr int WB = wg_smem<K>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
+                             "chunk_wg smem")) != GDN_OK)
+        return st;
+    return launch_kernel(wg, nseg * p->N * p->HV * (p->V / 64), WG_THREADS, WB, stream, prm, "chunk_wg launch");
+}
+
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
  * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
 template <typename T, int K>
@@ -1174,7 +1201,8 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     if ((st = launch_kernel(scan, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(), SB, stream, prm,
                             "cp_scan launch")) != GDN_OK)
         return st;
-    return launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
+    return wg_fits(p) ? launch_wg<T, K>(prm, p, prm.nseg, stream)
+                      : launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
 }
 
 template <typename T, int K>
@@ -1188,6 +1216,10 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
      * force a tile in dev builds (bench comparisons). */
     if (prm.seg_chunks > 0)
         return launch_cp<T, K>(prm, p, stream);
+    if (wg_fits(p)) {
+        const gdn_status st = launch_prep<T, K>(prm, p, stream);
+        return st != GDN_OK ? st : launch_wg<T, K>(prm, p, 1, stream);
+    }
 #if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
     if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)
         return launch<T, K, GDN_CHUNK_DEV_NW, GDN_CHUNK_DEV_KS>(prm, p, stream);

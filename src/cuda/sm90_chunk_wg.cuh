@@ -1,0 +1,342 @@
+/*
+ * sm90_chunk_wg.cuh - chunk_wg, the state chain of the chunked forward on warpgroup MMA (wgmma),
+ * included by sm90_chunk_fwd.cu inside its namespace (it reads that file's params, workspace
+ * format and helpers). Same
+ * arithmetic as chunk_main (one bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32
+ * accumulation and f32 state), on 64 value rows at a time instead of 16.
+ *
+ * One CTA per (segment, sequence, value head, 64 value rows v0 .. v0 + 63), three warpgroups:
+ *   warps 0-3 (chain warpgroup)  S^T (64 x K, f32) in wgmma accumulators across chunks. Per chunk:
+ *                                S^T as bf16 A fragments, also stored to shared memory for the
+ *                                output warpgroup; Y^T = S^T K^T (RS); X^T = V^T - ck Y^T in f32,
+ *                                rounded once; Vn^T = X^T Tb^T (RS), stored for the output
+ *                                warpgroup; S^T = gC S^T + (Vn^T cu) K (RS, K as MN-major B).
+ *   warps 4-7 (output warpgroup) O^T = cq (S^T Q^T) + Vn^T Pm^T (SS, both A operands from the
+ *                                chain's hand-off tiles), then O through a staging tile
+ *                                (stmatrix.trans) with 16-byte stores of the valid rows.
+ *   warps 8-11 (copy warpgroup)  Q, K, V tile and the workspace chunk (Tb, Pm, coefficients) of
+ *                                chunk c + 2 with cp.async into a three-stage ring, rows past
+ *                                the sequence end zero-filled. One warp alone could not issue the
+ *                                ~3250 copies of a chunk in time (ncu on an H100: the other
+ *                                warps waited for it at the chunk barrier 58 % of the time).
+ *                                Not TMA: its boxes would read the next sequence's rows past a
+ *                                varlen sequence's end instead of zeros.
+ * Every tile is a 128-byte-swizzled box (sm90_wgmma.cuh), so wgmma reads them through
+ * descriptors. The workspace keeps only the lower-triangular 16 x 16 blocks of Tb and Pm; the
+ * blocks above the diagonal are zeroed once per stage at the start and never written again, so
+ * full-tile products read zeros there. One barrier of all threads per chunk (4) publishes a
+ * stage and orders the hand-off tiles' reuse; named barriers hand S^T (1) and Vn^T (2) from the
+ * chain to the output warpgroup, and order the output staging tile (3).
+ */
+#pragma once
+
+/* 384 threads: the copy warpgroup gives registers to the other two (168 each at launch; 200 for
+ * the chain and output warpgroups, 96 for the copy warpgroup). */
+constexpr int WG_THREADS = 384, WG_STAGES = 3;
+
+template <int K> struct wg_smem {
+    static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64; /* boxes of a Q or K tile */
+    static constexpr int Q = 0, KT = KB * B, V = 2 * KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
+    static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
+    static constexpr int SBUF = WG_STAGES * STAGE, VNBUF = SBUF + KB * B, OST = VNBUF + B, MAP = OST + B;
+    static constexpr int BYTES = MAP + WS_MAP_BYTES + 1024; /* + slack to align the base to 1024 */
+    static_assert(PM == TB + TILE_BYTES && COEF == TB + 2 * TILE_BYTES, "workspace image: Tb, Pm, coefficients");
+};
+
+template <int K, typename T>
+__global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
+{
+    using namespace gdn_wgmma;
+    using L = wg_smem<K>;
+    constexpr int KB = K / 64, KC = K / 8, AHEAD = WG_STAGES - 1, BV = 64;
+    constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_CHUNK = 4;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(smem);
+    const uint64_t dk = desc_kmajor(sb), dm = desc_mnmajor(sb); /* descriptors of the smem base */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool chain = warp < 4;
+    const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
+    const unsigned ntiles = (unsigned)(p.V / BV), unit = blockIdx.x / ntiles;
+    const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
+    const int64_t seg = unit / pairs;
+    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV, h = hv / p.G;
+    const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
+    seq_info sq = sequence(p, n);
+    int64_t nchunks = (sq.len + C - 1) / C;
+    nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
+    if (p.seg_chunks > 0) {
+        const int64_t cbeg = min64(nchunks, seg * p.seg_chunks);
+        nchunks = min64(nchunks - cbeg, p.seg_chunks);
+        sq.bos += cbeg * C;
+        sq.len = min64(sq.len - cbeg * C, p.seg_chunks * C);
+        sq.slot0 += cbeg;
+    }
+
+    /* The blocks of Tb and Pm above the diagonal: zero in every stage, for good. */
+    for (int u = tid; u < WG_STAGES * 2 * TILE_BYTES / 16; u += WG_THREADS) {
+        const int st = u / (2 * TILE_BYTES / 16), off = u % (2 * TILE_BYTES / 16);
+        *reinterpret_cast<uint4 *>(smem + st * L::STAGE + L::TB + 16 * off) = make_uint4(0, 0, 0, 0);
+    }
+    /* Shared-memory offset (from Tb) of each 16-byte copy of the workspace chunk, as in chunk_main. */
+    uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
+    for (int u = tid; u < WS_COPIES; u += WG_THREADS) {
+        int off;
+        if (u < 2 * TRI_BYTES / 16) {
+            const int tile = u >= TRI_BYTES / 16, ti = u - tile * (TRI_BYTES / 16);
+            const int b = ti < 32 ? 0 : (ti < 96 ? 1 : (ti < 192 ? 2 : 3)), wi = ti - 16 * b * (b + 1);
+            off = tile * TILE_BYTES + 2 * swz<8>(16 * b + wi / (2 * (b + 1)), wi % (2 * (b + 1)) * 8);
+        } else {
+            off = 2 * TILE_BYTES + 16 * (u - 2 * TRI_BYTES / 16);
+        }
+        ws_map[u] = (uint16_t)off;
+    }
+    fence_proxy_async();
+    __syncthreads();
+
+    /* Copy warpgroup: thread pt copies 16-byte chunk qk_ch of rows qk_r0 + QK_RP it of Q and K,
+     * chunk v_ch of rows v_r0 + 16 it of the V tile, and copies pt + 128 it of the workspace chunk. */
+    constexpr int QK_RP = 128 / KC;
+    const int pt = tid & 127;
+    auto load_chunk = [&](int64_t c, int stage) {
+        const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
+        const int qk_ch = pt % KC, qk_r0 = pt / KC, v_ch = pt & 7, v_r0 = pt >> 3;
+        const int64_t t0 = sq.bos + c * C;
+        unsigned char *base = smem + stage * L::STAGE;
+        const int cl = (int)min64(C, sq.len - c * C);
+        const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = 16 * p.v_t;
+        const T *qp = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (t0 + qk_r0) * p.q_t;
+        const T *kp = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (t0 + qk_r0) * p.k_t;
+        const T *vp = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
+#pragma unroll
+        for (int it = 0; it < C / QK_RP; ++it) {
+            const int r = qk_r0 + QK_RP * it;
+            const bool ok = r < cl;
+            const uint32_t off = (uint32_t)(qk_ch >> 3) * L::B + box_offset(r, (qk_ch & 7) * 8);
+            cp_async16(base + L::Q + off, ok ? qp : q, ok ? 16 : 0);
+            cp_async16(base + L::KT + off, ok ? kp : k, ok ? 16 : 0);
+            qp += q_step;
+            kp += k_step;
+        }
+#pragma unroll
+        for (int it = 0; it < C / 16; ++it) {
+            const int r = v_r0 + 16 * it;
+            const bool ok = r < cl;
+            cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
+            vp += v_step;
+        }
+        const unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * WS_CHUNK + 16 * pt;
+        unsigned char *dst = base + L::TB;
+#pragma unroll
+        for (int u = pt; u < WS_COPIES; u += 128) {
+            cp_async16(dst + ws_map[u], wsc, 16);
+            wsc += 16 * 128;
+        }
+    };
+
+    /* Roles. Each loops over the chunks on its own, meeting the others at the per-chunk barrier
+     * and the hand-offs; the branches never merge, so the register budget of each holds for its
+     * whole code. */
+    const int64_t c_end = nchunks;
+    if (warp >= 8) {
+        regs_dec<96>();
+        if (c_end > 0)
+            load_chunk(0, 0);
+        cp_async_commit();
+        if (c_end > 1)
+            load_chunk(1, 1);
+        cp_async_commit();
+#pragma unroll 1
+        for (int64_t c = 0; c < c_end; ++c) {
+            cp_async_wait<AHEAD - 1>();
+            fence_proxy_async();
+            bar_sync(BAR_CHUNK, WG_THREADS);
+            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished (its wgmma
+             * waited for) before the barrier above. */
+            if (c + AHEAD < c_end)
+                load_chunk(c + AHEAD, (int)((c + AHEAD) % WG_STAGES));
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        return;
+    }
+    regs_inc<200>();
+
+    if (chain) {
+        /* s[b][i] = S^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
+        float s[KB][32];
+#pragma unroll
+        for (int b = 0; b < KB; ++b)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                float x = 0.f;
+                if (p.seg_chunks > 0)
+                    x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
+                else if (p.h0)
+                    x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
+                s[b][i] = x;
+            }
+        int stage = 0;
+#pragma unroll 1
+        for (int64_t c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
+            bar_sync(BAR_CHUNK, WG_THREADS);
+            const uint32_t so = stage * L::STAGE, st = sb + so;
+            const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
+            const float *ck = reinterpret_cast<const float *>(smem + so + L::COEF), *cu = ck + 2 * C;
+            /* S^T as A fragments (k = d), and into the hand-off tile for the output warpgroup. */
+            uint32_t sa[K / 16][4];
+#pragma unroll
+            for (int j = 0; j < K / 16; ++j) {
+                const float(&sj)[32] = s[j >> 2];
+                const int e = 8 * (j & 3);
+                sa[j][0] = op<T>::pack(sj[e + 0], sj[e + 1]);
+                sa[j][1] = op<T>::pack(sj[e + 2], sj[e + 3]);
+                sa[j][2] = op<T>::pack(sj[e + 4], sj[e + 5]);
+                sa[j][3] = op<T>::pack(sj[e + 6], sj[e + 7]);
+                stsm_x4(sb + L::SBUF + (j >> 2) * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * (j & 3) + (mi >> 1) * 8), sa[j]);
+            }
+            fence_proxy_async();
+            bar_arrive(BAR_S, 256);
+
+            /* Y^T = S^T K^T: M = 64 value rows, N = 64 tokens, k = d. */
+            float y[32];
+            fence();
+#pragma unroll
+            for (int j = 0; j < K / 16; ++j)
+                mma_rs<T, 0>(y, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
+            commit();
+            wait<0>();
+            acc_fence(y);
+
+            /* X^T = V^T - ck Y^T in f32, rounded once into A fragments (k = tokens). */
+            uint32_t xa[4][4];
+#pragma unroll
+            for (int jt = 0; jt < 4; ++jt) {
+                uint32_t vt[4];
+                ldsm_x4_t(vt, st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
+                const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
+                const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
+                const float2 v00 = op<T>::unpack(vt[0]), v10 = op<T>::unpack(vt[1]);
+                const float2 v01 = op<T>::unpack(vt[2]), v11 = op<T>::unpack(vt[3]);
+                const float *yj = y + 8 * jt;
+                xa[jt][0] = op<T>::pack(v00.x - c0.x * yj[0], v00.y - c0.y * yj[1]);
+                xa[jt][1] = op<T>::pack(v10.x - c0.x * yj[2], v10.y - c0.y * yj[3]);
+                xa[jt][2] = op<T>::pack(v01.x - c1.x * yj[4], v01.y - c1.y * yj[5]);
+                xa[jt][3] = op<T>::pack(v11.x - c1.x * yj[6], v11.y - c1.y * yj[7]);
+            }
+
+            /* Vn^T = X^T Tb^T (Tb stored [i][j]: K-major B). */
+            float vn[32];
+            fence();
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                mma_rs<T, 0>(vn, xa[j], desc_add(dks, L::TB + kmajor_step(j)), j > 0);
+            commit();
+            wait<0>();
+            acc_fence(vn);
+
+            /* Vn^T to the output warpgroup; (Vn^T cu) as the update's A fragments. */
+            uint32_t ua[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
+                                        op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
+                stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
+                const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
+                const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
+                ua[j][0] = op<T>::pack(vn[8 * j + 0] * u0.x, vn[8 * j + 1] * u0.y);
+                ua[j][1] = op<T>::pack(vn[8 * j + 2] * u0.x, vn[8 * j + 3] * u0.y);
+                ua[j][2] = op<T>::pack(vn[8 * j + 4] * u1.x, vn[8 * j + 5] * u1.y);
+                ua[j][3] = op<T>::pack(vn[8 * j + 6] * u1.x, vn[8 * j + 7] * u1.y);
+            }
+            fence_proxy_async();
+            bar_arrive(BAR_V, 256);
+
+            /* S^T = gC S^T + (Vn^T cu) K: per box of 64 d, N = 64 d, k = tokens (K MN-major). */
+            const float gc = cu[C];
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int i = 0; i < 32; ++i)
+                    s[b][i] *= gc;
+            fence();
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KT + b * L::B + mnmajor_step(j)), 1);
+            commit();
+            wait<0>();
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+                acc_fence(s[b]);
+        }
+        if (p.ht && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int i = 0; i < 32; ++i) {
+                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                    const int64_t x = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
+                    if (p.state_dtype == GDN_DTYPE_BF16)
+                        static_cast<__nv_bfloat16 *>(p.ht)[x] = __float2bfloat16_rn(s[b][i]);
+                    else
+                        static_cast<float *>(p.ht)[x] = s[b][i];
+                }
+        }
+        return;
+    }
+
+    T *o = static_cast<T *>(p.o);
+    int stage = 0;
+#pragma unroll 1
+    for (int64_t c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
+        bar_sync(BAR_CHUNK, WG_THREADS);
+        const uint32_t so = stage * L::STAGE;
+        const uint64_t dks = desc_add(dk, so);
+        const float *cq = reinterpret_cast<const float *>(smem + so + L::COEF) + C;
+        /* Output warpgroup: O^T = cq (S^T Q^T) + Vn^T Pm^T. */
+        float oa[32];
+        bar_sync(BAR_S, 256);
+        fence();
+#pragma unroll
+        for (int j = 0; j < K / 16; ++j)
+            mma_ss<T, 0>(oa, desc_add(dk, L::SBUF + kmajor_step(j)), desc_add(dks, L::Q + kmajor_step(j)), j > 0);
+        commit();
+        wait<0>();
+        acc_fence(oa);
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
+            oa[i] *= cf.x;
+            oa[i + 1] *= cf.y;
+        }
+        bar_sync(BAR_V, 256);
+        fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            mma_ss<T, 0>(oa, desc_add(dk, L::VNBUF + kmajor_step(j)), desc_add(dks, L::PM + kmajor_step(j)), 1);
+        commit();
+        wait<0>();
+        acc_fence(oa);
+
+        /* O: transposed into the staging tile ([token][v]), then the valid rows out. */
+#pragma unroll
+        for (int jt = 0; jt < 4; ++jt) {
+            const uint32_t ov[4] = {op<T>::pack(oa[8 * jt + 0], oa[8 * jt + 1]), op<T>::pack(oa[8 * jt + 2], oa[8 * jt + 3]),
+                                    op<T>::pack(oa[8 * jt + 4], oa[8 * jt + 5]), op<T>::pack(oa[8 * jt + 6], oa[8 * jt + 7])};
+            stsm_x4_t(sb + L::OST + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
+        }
+        bar_sync(BAR_O, 128);
+        const int cl = (int)min64(C, sq.len - c * C);
+        T *op_ = o + sq.row * p.o_b + (sq.bos + c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int r = (t >> 3) + 16 * it;
+            if (r < cl)
+                *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + L::OST + box_offset(r, 8 * (t & 7)));
+        }
+    }
+}

@@ -1,0 +1,128 @@
+/*
+ * sm90_wgmma.cuh - Hopper warpgroup MMA (wgmma) pieces for the chunked prefill: shared-memory
+ * matrix descriptors for 128-byte-swizzled tiles, m64n64k16 products with A in shared memory (SS)
+ * or registers (RS) for bf16 and f16, their ordering fences, and the accumulator fragment map.
+ * Checked on an H100 against float64 by dev/prefill/sm90_blocks (test_blocks.cu), which these
+ * follow.
+ *
+ * Tile convention: a "box" is 64 rows x 64 elements of 2 bytes (128 bytes a row, 8 KB), 1024-byte
+ * aligned, with the 16-byte chunk c of row r stored at chunk c ^ (r % 8): the layout of TMA's
+ * 128-byte swizzle, and of swz<8> in sm90_chunk_mma.cuh. A 64 x 128 tile is two boxes, columns
+ * [0, 64) then [64, 128), 8 KB apart.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace gdn_wgmma {
+
+constexpr int BOX_BYTES = 64 * 64 * 2;
+
+template <typename T> struct is_f16 { static constexpr bool value = false; };
+template <> struct is_f16<__half> { static constexpr bool value = true; };
+
+/* Byte offset of element (r, c), c < 64, inside a box. */
+__host__ __device__ __forceinline__ uint32_t box_offset(uint32_t r, uint32_t c)
+{
+    return r * 128u + ((((c >> 3) ^ r) & 7u) << 4) + ((c & 7u) << 1);
+}
+
+/* Descriptor (PTX ISA "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading byte
+ * offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, 128-byte swizzle (1) in 62-63. */
+__device__ __forceinline__ uint64_t desc_encode(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFFu) << 32 | (uint64_t)1 << 62;
+}
+
+/* Descriptors are built once from a base address and moved by adding (bytes >> 4) to the start
+ * address field (no carry out while addresses stay below 256 KB): the per-product arithmetic is
+ * then one add, off the wgmma issue path.
+ * K-major tile (rows M or N, K contiguous, boxes of 64 K side by side): k16 step j is +32 bytes
+ * inside a box, +8 KB to the next box; 1024 bytes between 8-row groups.
+ * MN-major B of one box (rows K, 64 N contiguous): k16 step j is 16 rows, +2048 bytes. */
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) { return desc_encode(addr, 16, 1024); }
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr) { return desc_encode(addr, BOX_BYTES, 1024); }
+__host__ __device__ constexpr uint32_t kmajor_step(int j) { return (uint32_t)(j >> 2) * BOX_BYTES + (uint32_t)(j & 3) * 32u; }
+__host__ __device__ constexpr uint32_t mnmajor_step(int j) { return (uint32_t)j * 2048u; }
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+
+/* Compiler-only fence on accumulators: keeps ordinary reads and writes of them from moving across
+ * the asynchronous wgmma (what otherwise makes ptxas serialize wgmma, warnings C7515 / C7511). */
+__device__ __forceinline__ void acc_fence(float (&d)[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Register budget per warpgroup (all four warps execute it): a producer that needs few registers
+ * gives them back so that the math warpgroups can grow past the launch's even share. */
+template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+
+/* Generic-proxy shared-memory writes (st.shared, stmatrix, cp.async) that wgmma reads next: each
+ * writing thread fences, then a barrier orders the readers. */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+/* Accumulator of m64n64k16 (f32): thread t of the warpgroup holds d[i] = D[row][col] with
+ * row = 16 (t / 32) + (t % 32) / 4 + 8 ((i >> 1) & 1), col = 8 (i >> 2) + 2 (t % 4) + (i & 1).
+ * The 8 accumulators of columns [16 j, 16 j + 16), pairwise rounded, are the A fragment of k-slice
+ * j of the next product (a[0..3] = rows {r, r + 8} x columns {16 j + 2q, 16 j + 8 + 2q}). */
+__device__ __forceinline__ int acc_row(int t, int i) { return 16 * ((t & 127) >> 5) + ((t & 31) >> 2) + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * (t & 3) + (i & 1); }
+
+#define GDN_WGMMA_D32                                                                                              \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),    \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define GDN_WGMMA_REGS                                                                                             \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+/* D[64 x 64] (+)= A[64 x 16] B[16 x 64], f32 accumulation; scale_d = 0 overwrites D.
+ * TRANS_B = 0: B stored K-major ([N][K]); 1: MN-major ([K][N]). A in shared memory, K-major. */
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d)
+{
+    if constexpr (is_f16<T>::value)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GDN_WGMMA_REGS ", %32, %33, p, 1, 1, 0, %35;\n}"
+                     : GDN_WGMMA_D32
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GDN_WGMMA_REGS ", %32, %33, p, 1, 1, 0, %35;\n}"
+                     : GDN_WGMMA_D32
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+/* The same with A in registers (the fragment layout above). */
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d)
+{
+    if constexpr (is_f16<T>::value)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GDN_WGMMA_REGS
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
+                     : GDN_WGMMA_D32
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GDN_WGMMA_REGS
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
+                     : GDN_WGMMA_D32
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+#undef GDN_WGMMA_D32
+#undef GDN_WGMMA_REGS
+
+} /* namespace gdn_wgmma */
