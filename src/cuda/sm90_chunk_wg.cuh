@@ -185,28 +185,43 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             const uint32_t so = stage * L::STAGE, st = sb + so;
             const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
             const float *ck = reinterpret_cast<const float *>(smem + so + L::COEF), *cu = ck + 2 * C;
-            /* S^T as A fragments (k = d), and into the hand-off tile for the output warpgroup. */
+            /* The products are asynchronous: the work that does not feed the next one (hand-offs to
+             * the output warpgroup, fragment loads, the decay of S^T) runs while it computes. A
+             * register that an issued wgmma reads or writes is touched only after its wait. */
+
+            /* Y^T = S^T K^T (M = 64 value rows, N = 64 tokens, k = d), S^T as A fragments, box by
+             * box; each box also goes to the hand-off tile before its products are issued. */
             uint32_t sa[K / 16][4];
+            float y[32];
 #pragma unroll
-            for (int j = 0; j < K / 16; ++j) {
-                const float(&sj)[32] = s[j >> 2];
-                const int e = 8 * (j & 3);
-                sa[j][0] = op<T>::pack(sj[e + 0], sj[e + 1]);
-                sa[j][1] = op<T>::pack(sj[e + 2], sj[e + 3]);
-                sa[j][2] = op<T>::pack(sj[e + 4], sj[e + 5]);
-                sa[j][3] = op<T>::pack(sj[e + 6], sj[e + 7]);
-                stsm_x4(sb + L::SBUF + (j >> 2) * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * (j & 3) + (mi >> 1) * 8), sa[j]);
+            for (int b = 0; b < KB; ++b) {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    const int j = 4 * b + jj, e = 8 * jj;
+                    sa[j][0] = op<T>::pack(s[b][e + 0], s[b][e + 1]);
+                    sa[j][1] = op<T>::pack(s[b][e + 2], s[b][e + 3]);
+                    sa[j][2] = op<T>::pack(s[b][e + 4], s[b][e + 5]);
+                    sa[j][3] = op<T>::pack(s[b][e + 6], s[b][e + 7]);
+                    stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * jj + (mi >> 1) * 8), sa[j]);
+                }
+                fence();
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+                    mma_rs<T, 0>(y, sa[4 * b + jj], desc_add(dks, L::KT + kmajor_step(4 * b + jj)), b + jj > 0);
             }
+            commit();
             fence_proxy_async();
             bar_arrive(BAR_S, 256);
 
-            /* Y^T = S^T K^T: M = 64 value rows, N = 64 tokens, k = d. */
-            float y[32];
-            fence();
+            /* Meanwhile: V^T fragments and ck. */
+            uint32_t vt[4][4];
+            float2 c0[4], c1[4];
 #pragma unroll
-            for (int j = 0; j < K / 16; ++j)
-                mma_rs<T, 0>(y, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
-            commit();
+            for (int jt = 0; jt < 4; ++jt) {
+                ldsm_x4_t(vt[jt], st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
+                c0[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
+                c1[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
+            }
             wait<0>();
             acc_fence(y);
 
@@ -214,17 +229,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             uint32_t xa[4][4];
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
-                uint32_t vt[4];
-                ldsm_x4_t(vt, st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
-                const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
-                const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
-                const float2 v00 = op<T>::unpack(vt[0]), v10 = op<T>::unpack(vt[1]);
-                const float2 v01 = op<T>::unpack(vt[2]), v11 = op<T>::unpack(vt[3]);
+                const float2 v00 = op<T>::unpack(vt[jt][0]), v10 = op<T>::unpack(vt[jt][1]);
+                const float2 v01 = op<T>::unpack(vt[jt][2]), v11 = op<T>::unpack(vt[jt][3]);
                 const float *yj = y + 8 * jt;
-                xa[jt][0] = op<T>::pack(v00.x - c0.x * yj[0], v00.y - c0.y * yj[1]);
-                xa[jt][1] = op<T>::pack(v10.x - c0.x * yj[2], v10.y - c0.y * yj[3]);
-                xa[jt][2] = op<T>::pack(v01.x - c1.x * yj[4], v01.y - c1.y * yj[5]);
-                xa[jt][3] = op<T>::pack(v11.x - c1.x * yj[6], v11.y - c1.y * yj[7]);
+                xa[jt][0] = op<T>::pack(v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1]);
+                xa[jt][1] = op<T>::pack(v10.x - c0[jt].x * yj[2], v10.y - c0[jt].y * yj[3]);
+                xa[jt][2] = op<T>::pack(v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5]);
+                xa[jt][3] = op<T>::pack(v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]);
             }
 
             /* Vn^T = X^T Tb^T (Tb stored [i][j]: K-major B). */
@@ -234,33 +245,32 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             for (int j = 0; j < 4; ++j)
                 mma_rs<T, 0>(vn, xa[j], desc_add(dks, L::TB + kmajor_step(j)), j > 0);
             commit();
-            wait<0>();
-            acc_fence(vn);
 
-            /* Vn^T to the output warpgroup; (Vn^T cu) as the update's A fragments. */
-            uint32_t ua[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
-                                        op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
-                stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
-                const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
-                const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
-                ua[j][0] = op<T>::pack(vn[8 * j + 0] * u0.x, vn[8 * j + 1] * u0.y);
-                ua[j][1] = op<T>::pack(vn[8 * j + 2] * u0.x, vn[8 * j + 3] * u0.y);
-                ua[j][2] = op<T>::pack(vn[8 * j + 4] * u1.x, vn[8 * j + 5] * u1.y);
-                ua[j][3] = op<T>::pack(vn[8 * j + 6] * u1.x, vn[8 * j + 7] * u1.y);
-            }
-            fence_proxy_async();
-            bar_arrive(BAR_V, 256);
-
-            /* S^T = gC S^T + (Vn^T cu) K: per box of 64 d, N = 64 d, k = tokens (K MN-major). */
+            /* Meanwhile: S^T decays by gC, and cu. */
             const float gc = cu[C];
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
                 for (int i = 0; i < 32; ++i)
                     s[b][i] *= gc;
+            float2 u0[4], u1[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                u0[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
+                u1[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
+            }
+            wait<0>();
+            acc_fence(vn);
+
+            /* S^T += (Vn^T cu) K: per box of 64 d, N = 64 d, k = tokens (K as MN-major B). */
+            uint32_t ua[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                ua[j][0] = op<T>::pack(vn[8 * j + 0] * u0[j].x, vn[8 * j + 1] * u0[j].y);
+                ua[j][1] = op<T>::pack(vn[8 * j + 2] * u0[j].x, vn[8 * j + 3] * u0[j].y);
+                ua[j][2] = op<T>::pack(vn[8 * j + 4] * u1[j].x, vn[8 * j + 5] * u1[j].y);
+                ua[j][3] = op<T>::pack(vn[8 * j + 6] * u1[j].x, vn[8 * j + 7] * u1[j].y);
+            }
             fence();
 #pragma unroll
             for (int b = 0; b < KB; ++b)
@@ -268,6 +278,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
                 for (int j = 0; j < 4; ++j)
                     mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KT + b * L::B + mnmajor_step(j)), 1);
             commit();
+
+            /* Meanwhile: Vn^T to the output warpgroup. */
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
+                                        op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
+                stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
+            }
+            fence_proxy_async();
+            bar_arrive(BAR_V, 256);
             wait<0>();
 #pragma unroll
             for (int b = 0; b < KB; ++b)
