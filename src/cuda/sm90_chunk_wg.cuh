@@ -38,8 +38,9 @@ template <int K> struct wg_smem {
     static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64; /* boxes of a Q or K tile */
     static constexpr int Q = 0, KT = KB * B, V = 2 * KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
     static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
-    static constexpr int SBUF = WG_STAGES * STAGE, VNBUF = SBUF + KB * B, OST = VNBUF + B, MAP = OST + B;
-    static constexpr int BYTES = MAP + WS_MAP_BYTES + 1024; /* + slack to align the base to 1024 */
+    static constexpr int SBUF = WG_STAGES * STAGE, VNBUF = SBUF + KB * B, OST = VNBUF + B, MAP = OST + 2 * B;
+    static constexpr int BARS = MAP + WS_MAP_BYTES;                  /* full[3], empty[3] mbarriers */
+    static constexpr int BYTES = BARS + 2 * WG_STAGES * 8 + 1024;    /* + slack to align the base to 1024 */
     static_assert(PM == TB + TILE_BYTES && COEF == TB + 2 * TILE_BYTES, "workspace image: Tb, Pm, coefficients");
 };
 
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
     using namespace gdn_wgmma;
     using L = wg_smem<K>;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = WG_STAGES - 1, BV = 64;
-    constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_CHUNK = 4;
+    constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(smem);
@@ -91,6 +92,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             off = 2 * TILE_BYTES + 16 * (u - 2 * TRI_BYTES / 16);
         }
         ws_map[u] = (uint16_t)off;
+    }
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + L::BARS), *empty = full + WG_STAGES;
+    if (tid == 0) {
+        for (int i = 0; i < WG_STAGES; ++i) {
+            mbar_init(&full[i], 128);  /* the copy warpgroup's threads, their copies landed */
+            mbar_init(&empty[i], 256); /* the chain and output warpgroups, done with the stage */
+        }
+        mbar_fence_init();
     }
     fence_proxy_async();
     __syncthreads();
@@ -135,10 +144,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         }
     };
 
-    /* Roles. Each loops over the chunks on its own, meeting the others at the per-chunk barrier
-     * and the hand-offs; the branches never merge, so the register budget of each holds for its
-     * whole code. */
-    const int64_t c_end = nchunks;
+    /* Roles. Each loops over the chunks on its own; the branches never merge, so the register
+     * budget of each holds for its whole code. The stage ring runs on mbarriers (full: loaded;
+     * empty: both consumers done), so the chain may start chunk c + 1 while the output
+     * warpgroup still finishes chunk c; the hand-off tiles are single, so the output warpgroup
+     * gives each back (named barriers 4, 5) before the chain overwrites it. */
+    const int c_end = (int)nchunks;
     if (warp >= 8) {
         regs_dec<96>();
         if (c_end > 0)
@@ -147,15 +158,19 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         if (c_end > 1)
             load_chunk(1, 1);
         cp_async_commit();
+        int stage = 0;
 #pragma unroll 1
-        for (int64_t c = 0; c < c_end; ++c) {
+        for (int c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
             cp_async_wait<AHEAD - 1>();
             fence_proxy_async();
-            bar_sync(BAR_CHUNK, WG_THREADS);
-            /* Stage (c + 2) % 3 last held chunk c - 1, which every warp finished (its wgmma
-             * waited for) before the barrier above. */
-            if (c + AHEAD < c_end)
-                load_chunk(c + AHEAD, (int)((c + AHEAD) % WG_STAGES));
+            mbar_arrive(&full[stage]);
+            if (c + AHEAD < c_end) {
+                /* The stage of chunk c + 2 last held chunk c - 1 (its (c - 1) / 3-th use). */
+                const int prev = stage == 0 ? WG_STAGES - 1 : stage - 1;
+                if (c >= 1)
+                    mbar_wait(&empty[prev], (uint32_t)((c - 1) / WG_STAGES) & 1u);
+                load_chunk(c + AHEAD, prev);
+            }
             cp_async_commit();
         }
         cp_async_wait<0>();
@@ -179,9 +194,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
                 s[b][i] = x;
             }
         int stage = 0;
+        uint32_t phase = 0;
 #pragma unroll 1
-        for (int64_t c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
-            bar_sync(BAR_CHUNK, WG_THREADS);
+        for (int c = 0; c < c_end; ++c) {
+            mbar_wait(&full[stage], phase);
             const uint32_t so = stage * L::STAGE, st = sb + so;
             const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
             const float *ck = reinterpret_cast<const float *>(smem + so + L::COEF), *cu = ck + 2 * C;
@@ -193,6 +209,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
              * box; each box also goes to the hand-off tile before its products are issued. */
             uint32_t sa[K / 16][4];
             float y[32];
+            if (c > 0)
+                bar_sync(BAR_SFREE, 256); /* the output warpgroup's S^T Q^T of chunk c - 1 is done */
 #pragma unroll
             for (int b = 0; b < KB; ++b) {
 #pragma unroll
@@ -280,6 +298,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             commit();
 
             /* Meanwhile: Vn^T to the output warpgroup. */
+            if (c > 0)
+                bar_sync(BAR_VFREE, 256); /* its Vn^T Pm^T of chunk c - 1 is done */
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
@@ -292,6 +312,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
 #pragma unroll
             for (int b = 0; b < KB; ++b)
                 acc_fence(s[b]);
+            mbar_arrive(&empty[stage]);
+            if (++stage == WG_STAGES) {
+                stage = 0;
+                phase ^= 1u;
+            }
         }
         if (p.ht && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
 #pragma unroll
@@ -311,10 +336,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
 
     T *o = static_cast<T *>(p.o);
     int stage = 0;
+    uint32_t phase = 0;
 #pragma unroll 1
-    for (int64_t c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
-        bar_sync(BAR_CHUNK, WG_THREADS);
-        const uint32_t so = stage * L::STAGE;
+    for (int c = 0; c < c_end; ++c) {
+        mbar_wait(&full[stage], phase);
+        const uint32_t so = stage * L::STAGE, ost = L::OST + (c & 1) * L::B;
         const uint64_t dks = desc_add(dk, so);
         const float *cq = reinterpret_cast<const float *>(smem + so + L::COEF) + C;
         /* Output warpgroup: O^T = cq (S^T Q^T) + Vn^T Pm^T. */
@@ -327,6 +353,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         commit();
         wait<0>();
         acc_fence(oa);
+        if (c + 1 < c_end)
+            bar_arrive(BAR_SFREE, 256);
 #pragma unroll
         for (int i = 0; i < 32; i += 2) {
             const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
@@ -341,22 +369,31 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         commit();
         wait<0>();
         acc_fence(oa);
+        if (c + 1 < c_end)
+            bar_arrive(BAR_VFREE, 256);
+        mbar_arrive(&empty[stage]); /* Q, Pm and cq read */
+        if (++stage == WG_STAGES) {
+            stage = 0;
+            phase ^= 1u;
+        }
 
-        /* O: transposed into the staging tile ([token][v]), then the valid rows out. */
+        /* O: transposed into the staging tile of this chunk's parity ([token][v]), then the valid
+         * rows out. Two tiles: a thread writes one only after every output thread has passed the
+         * last barrier 3, so after it finished reading that tile two chunks ago. */
 #pragma unroll
         for (int jt = 0; jt < 4; ++jt) {
             const uint32_t ov[4] = {op<T>::pack(oa[8 * jt + 0], oa[8 * jt + 1]), op<T>::pack(oa[8 * jt + 2], oa[8 * jt + 3]),
                                     op<T>::pack(oa[8 * jt + 4], oa[8 * jt + 5]), op<T>::pack(oa[8 * jt + 6], oa[8 * jt + 7])};
-            stsm_x4_t(sb + L::OST + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
+            stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
         }
         bar_sync(BAR_O, 128);
-        const int cl = (int)min64(C, sq.len - c * C);
-        T *op_ = o + sq.row * p.o_b + (sq.bos + c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
+        const int cl = (int)min64(C, sq.len - (int64_t)c * C);
+        T *op_ = o + sq.row * p.o_b + (sq.bos + (int64_t)c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
             const int r = (t >> 3) + 16 * it;
             if (r < cl)
-                *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + L::OST + box_offset(r, 8 * (t & 7)));
+                *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)));
         }
     }
 }

@@ -1,7 +1,8 @@
 /*
  * sm90_wgmma.cuh - Hopper warpgroup MMA (wgmma) pieces for the chunked prefill: shared-memory
  * matrix descriptors for 128-byte-swizzled tiles, m64n64k16 products with A in shared memory (SS)
- * or registers (RS) for bf16 and f16, their ordering fences, and the accumulator fragment map.
+ * or registers (RS) for bf16 and f16, their ordering fences, the accumulator fragment map, and
+ * the mbarriers and register-budget moves of warp-specialized kernels.
  * Checked on an H100 against float64 by dev/prefill/sm90_blocks (test_blocks.cu), which these
  * follow.
  *
@@ -60,6 +61,30 @@ __device__ __forceinline__ void acc_fence(float (&d)[32])
 #pragma unroll
     for (int i = 0; i < 32; i++)
         asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* mbarrier (PTX ISA "mbarrier"): one 8-byte word in shared memory; its k-th phase completion
+ * (k = 0, 1, ...) is waited for with parity k & 1. Arrivals release, a completed wait acquires. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(arrivals) : "memory");
+}
+/* After the inits, before the __syncthreads that publishes them. */
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+}
+/* try_wait suspends the thread for a hardware-chosen time before it fails, so the loop does not spin hot. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 /* Register budget per warpgroup (all four warps execute it): a producer that needs few registers
