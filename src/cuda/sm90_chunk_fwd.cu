@@ -4,9 +4,11 @@
  * Vnew = T diag(beta) (V - exp(Gam) K S), T = (I + A)^-1, so that W and U are never formed.
  *
  * Two kernels:
- *   chunk_prep  one CTA (4 warps) per (chunk, value head), all chunks in parallel. Everything of a
- *               chunk that does not depend on the state: gates and their cumsum Gam, q/k L2 norms
- *               (kept as row factors, never rounded into q / k), A from K K^T, T = (I + A)^-1 in
+ *   chunk_prep  one CTA (4 warps) per (chunk, group of 1 .. 4 value heads of one key head), all
+ *               chunks in parallel. Everything of a chunk that does not depend on the state:
+ *               gates and their cumsum Gam, q/k L2 norms (kept as row factors, never rounded
+ *               into q / k), K K^T and Q K^T (once per group: they depend on the key head
+ *               only), then per value head A from K K^T, T = (I + A)^-1 in
  *               16 x 16 blocks (diagonal blocks by forward substitution in f32, the others by
  *               3xTF32 tensor-core products), and the masked, decayed Q K^T. Writes per
  *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
@@ -25,7 +27,7 @@
  *                 S^T  = gC * S^T + (Vn^T * cu) K
  *               Accumulators feed the next product as A fragments directly (see sm90_chunk_mma.cuh).
  *
- * Grids are one-dimensional with the CTAs that read the same tiles adjacent (value heads of a key
+ * Grids are one-dimensional with the CTAs that read the same tiles adjacent (head groups of a key
  * head in chunk_prep; V tiles, then value heads in chunk_main), so those tiles come from L2.
  *
  * Context parallelism (few (sequence, head) pairs, fixed-length sequences; plan_cp): the serial
@@ -76,6 +78,7 @@ struct params {
     int64_t T, N, HV, G, V;
     int64_t cps;               /* chunks per sequence without cu_seqlens */
     int64_t slots;             /* workspace chunk slots per value head */
+    int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;
@@ -161,14 +164,29 @@ __device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
 /* ------------------------------------------------------------------------------------------ */
 /* chunk_prep                                                                                  */
 
+/* Most value heads one chunk_prep CTA handles: warp w < heads runs the cumsum of head w, and the
+ * gates of every head stay in shared memory (3 x 256 B per head). */
+constexpr int PREP_MAX_HEADS = 4;
+static_assert(PREP_MAX_HEADS <= 4, "chunk_prep: one cumsum warp per head, 4 warps");
+
 template <int K> struct prep_smem {
     static constexpr int QK = C * K * 2;         /* Q and K tiles, bytes each */
     /* f32 matrix row pitch: 68 = 4 mod 32 banks, so the tf32 A fragments (rows g, columns t) of
      * the inverse read 32 different banks; rows stay 16-byte aligned for the float4 row reads. */
     static constexpr int LD = C + 4;
     static constexpr int MAT = C * LD * 4;       /* A and T (f32), aliasing Q and K once consumed */
-    static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + 5 * C * 4;
+    static constexpr int GATES = (3 * PREP_MAX_HEADS + 2) * C * 4; /* gam, beta, raw g per head; rk, rq */
+    static constexpr int BYTES = (2 * QK > 2 * MAT ? 2 * QK : 2 * MAT) + GATES;
 };
+
+/* K K^T is the same for every value head of a group, and only its blocks on and below the diagonal
+ * are used, as are only those of A and T: so the raw K K^T of warp w's blocks (w, b), b <= w, waits
+ * in the 12 blocks above the diagonals of A and T, which nothing else reads or writes: block (w, b)
+ * with b < w in A's block (b, w), the diagonal ones in T's (0, 1), (1, 2), (2, 3), (0, 2). */
+template <int LD> __device__ __forceinline__ float *kk_home(float *As, float *Ts, int w, int b)
+{
+    return b < w ? As + 16 * b * LD + 16 * w : Ts + (w < 3 ? 16 * w * LD + 16 * (w + 1) : 16 * 2);
+}
 
 /* The triangular inverse's block products run on tensor cores in 3xTF32: x = hi + lo (both
  * tf32), a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi with f32 accumulation, relative error ~2^-21:
@@ -253,6 +271,53 @@ __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i
         store_16x8<LD>(Ts + 16 * (i0 + ii) * LD + 16 * j + n0, r[ii], -1.f, g, t);
 }
 
+/* The masks of one head from the K K^T / Q K^T fragments in registers, warp w's rows 16 w + g and
+ * + 8, column blocks 0 .. w: Pm (to the workspace, pm_out) and, WITH_A, the rows of A (to As).
+ * Gam is scaled to log2 so each decay is one ex2. gh / bh: the head's Gam and beta. */
+template <bool WITH_A, int LD, typename T>
+__device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (&qk)[8][4], const float *gh,
+                                          const float *bh, const float *rk, const float (&rqr)[2], float *As,
+                                          uint32_t *pm_out, int pm_row8, int warp, int g, int t)
+{
+    constexpr float LOG2E = 1.4426950408889634f;
+    float gr[2], br[2];
+#pragma unroll
+    for (int hrow = 0; hrow < 2; ++hrow) {
+        const int i = 16 * warp + g + 8 * hrow;
+        gr[hrow] = gh[i] * LOG2E;
+        br[hrow] = WITH_A ? bh[i] * rk[i] : 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+        if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
+            break;
+        const float2 gcol = make_float2(gh[8 * nt + 2 * t] * LOG2E, gh[8 * nt + 2 * t + 1] * LOG2E);
+        const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
+#pragma unroll
+        for (int hrow = 0; hrow < 2; ++hrow) {
+            const int i = 16 * warp + g + 8 * hrow;
+            float av[2], pv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = 8 * nt + 2 * t + e;
+                /* Only i >= j: 2^x of a non-positive number. */
+                const float dec = i >= j ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * (e ? kcol.y : kcol.x) : 0.f;
+                av[e] = i > j ? br[hrow] * dec * kk[nt][2 * hrow + e] : 0.f;
+                pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
+            }
+            if (WITH_A)
+                *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
+            pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
+        }
+    }
+}
+
+/* The workspace record of (value head hv, chunk slot). */
+__device__ __forceinline__ unsigned char *ws_head(const params &p, int64_t hv, int64_t slot)
+{
+    return p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
+}
+
 /* CTAs per SM the registers of chunk_prep are fitted to: 5 (96 registers, no spills; 6 would
  * spill ~350 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
  * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere (measured before
@@ -265,7 +330,10 @@ constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
 constexpr int PREP_CTAS = 5;
 #endif
 
-template <int K, typename T>
+/* GROUPED = false: one head per CTA, nh = 1 at compile time (no head loops). The grouped kernel
+ * run with nh = 1 measured 2-5 % slower end to end than the one-head kernel before it at the
+ * shapes without GVA (H100, dev/prefill/README.md). */
+template <int K, typename T, bool GROUPED>
 __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
 {
     constexpr int KC = K / 8;
@@ -276,16 +344,19 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
     T *Ks = Qs + C * K;
     float *As = reinterpret_cast<float *>(smem);
     float *Ts = As + C * LD;
-    float *gam = reinterpret_cast<float *>(smem + L::BYTES - 5 * C * 4);
-    float *bet = gam + C;
-    float *rk = bet + C;
+    float *gam = reinterpret_cast<float *>(smem + L::BYTES - L::GATES); /* [head][C], as bet, graw */
+    float *bet = gam + PREP_MAX_HEADS * C;
+    float *graw = bet + PREP_MAX_HEADS * C;
+    float *rk = graw + PREP_MAX_HEADS * C;
     float *rq = rk + C;
-    float *graw = rq + C;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* Value heads fastest: the G heads that share a key head read the same Q / K rows together,
-     * so all but the first find them in L2. */
-    const int64_t slot = blockIdx.x / (unsigned)p.HV, hv = blockIdx.x % (unsigned)p.HV;
+    /* Groups of nh value heads of one key head (nh divides G), groups fastest: the groups that
+     * share a key head read the same Q / K rows together, so all but the first find them in L2. */
+    const int nh = GROUPED ? (int)p.prep_heads : 1;
+    const unsigned groups = (unsigned)(p.HV / nh);
+    const int64_t slot = blockIdx.x / groups;
+    const int hv0 = (int)(blockIdx.x % groups) * nh;
 
     int64_t n, c;
     if (!p.cu) {
@@ -309,7 +380,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         return;
     const int cl = (int)min64(C, sq.len - c * C);
     const int64_t t0 = sq.bos + c * C;
-    const int64_t h = hv / p.G;
+    const int64_t h = hv0 / p.G;
 
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k);
     for (int i = tid; i < C * KC; i += 128) {
@@ -322,10 +393,13 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
     }
     cp_async_commit();
 
-    if (tid < C) {
+    /* Gates of every head of the group: token r of head hh at [hh * C + r]. */
+    for (int idx = tid; idx < nh * C; idx += 128) {
+        const int r = idx & (C - 1);
+        const int64_t hv = hv0 + idx / C;
         float gv = 0.f, bv = 0.f;  /* padding tokens: no decay, no write */
-        if (tid < cl) {
-            const int64_t t = t0 + tid;
+        if (r < cl) {
+            const int64_t t = t0 + r;
             if (p.g) {
                 gv = p.g[sq.row * p.g_b + t * p.g_t + hv * p.g_h];
             } else {
@@ -347,8 +421,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
                     bv *= 2.f;
             }
         }
-        graw[tid] = gv;
-        bet[tid] = bv;
+        graw[idx] = gv;
+        bet[idx] = bv;
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -376,9 +450,9 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
             rq[r] = p.l2norm ? 1.f / sqrtf(sqq + 1e-6f) : 1.f;
         }
     }
-    /* Inclusive cumsum of the log decays: warp 0, two tokens per lane. */
-    if (warp == 0) {
-        const float g0 = graw[2 * lane], g1 = graw[2 * lane + 1];
+    /* Inclusive cumsum of the log decays: warp w for head w, two tokens per lane. */
+    if (warp < nh) {
+        const float g0 = graw[warp * C + 2 * lane], g1 = graw[warp * C + 2 * lane + 1];
         float s = g0 + g1;
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
@@ -389,8 +463,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         float ex = __shfl_up_sync(0xffffffffu, s, 1);
         if (lane == 0)
             ex = 0.f;
-        gam[2 * lane] = ex + g0;
-        gam[2 * lane + 1] = s;
+        gam[warp * C + 2 * lane] = ex + g0;
+        gam[warp * C + 2 * lane + 1] = s;
     }
     __syncthreads();
 
@@ -421,117 +495,148 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         }
     }
 
-    unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
-    /* Pm: this thread's row 16 warp + g (row + 8 follows 8 rows of 2 (warp + 1) chunks later). */
-    uint32_t *pm_out = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(wsc + TRI_BYTES) + tri_chunk(16 * warp + g, 0) * 8 + 2 * t);
+    /* Row factors of Q into registers first: the stores into As below may alias them as far as
+     * the compiler knows. */
     const int pm_row8 = 8 * (warp + 1) * 8; /* in uint32_t: 8 rows x 2 (warp + 1) chunks x 4 */
-    {
-        /* Row and column factors into registers first: the stores into As below may alias them
-         * as far as the compiler knows. Gam is scaled to log2 so each decay is one ex2. */
-        constexpr float LOG2E = 1.4426950408889634f;
-        float gr[2], br[2], rqr[2];
+    float rqr[2];
 #pragma unroll
-        for (int hrow = 0; hrow < 2; ++hrow) {
-            const int i = 16 * warp + g + 8 * hrow;
-            gr[hrow] = gam[i] * LOG2E;
-            br[hrow] = bet[i] * rk[i];
-            rqr[hrow] = p.scale * rq[i];
-        }
-        __syncthreads(); /* Q and K consumed: A and T take their place */
+    for (int hrow = 0; hrow < 2; ++hrow)
+        rqr[hrow] = p.scale * rq[16 * warp + g + 8 * hrow];
+    __syncthreads(); /* Q and K consumed: A and T (and the parked K K^T) take their place */
+    if (nh > 1) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-            if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
+            if (nt >= 2 * (warp + 1))
                 break;
-            const float2 gcol = make_float2(gam[8 * nt + 2 * t] * LOG2E, gam[8 * nt + 2 * t + 1] * LOG2E);
-            const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
+            float *home = kk_home<LD>(As, Ts, warp, nt >> 1) + 8 * (nt & 1) + 2 * t;
+#pragma unroll
+            for (int hrow = 0; hrow < 2; ++hrow)
+                *reinterpret_cast<float2 *>(home + (g + 8 * hrow) * LD) = make_float2(kk[nt][2 * hrow], kk[nt][2 * hrow + 1]);
+        }
+    }
+    /* Pm of every head of the group while Q K^T is in registers, and A of the first head (K K^T
+     * from registers, as with one head per CTA; the first call is the last use of kk). */
+    {
+        uint32_t *pm_out = reinterpret_cast<uint32_t *>(
+            reinterpret_cast<T *>(ws_head(p, hv0, slot) + TRI_BYTES) + tri_chunk(16 * warp + g, 0) * 8 + 2 * t);
+        mask_rows<true, LD, T>(kk, qk, gam, bet, rk, rqr, As, pm_out, pm_row8, warp, g, t);
+    }
+    for (int hh = 1; hh < nh; ++hh) {
+        uint32_t *pm_out = reinterpret_cast<uint32_t *>(
+            reinterpret_cast<T *>(ws_head(p, hv0 + hh, slot) + TRI_BYTES) + tri_chunk(16 * warp + g, 0) * 8 + 2 * t);
+        mask_rows<false, LD, T>(kk, qk, gam + hh * C, bet + hh * C, rk, rqr, As, pm_out, pm_row8, warp, g, t);
+    }
+
+    /* Per value head: A (from the parked K K^T, but for the first head), T = (I + A)^-1, Tb,
+     * coefficients. */
+    for (int hh = 0; hh < nh; ++hh) {
+        const float *gh = gam + hh * C, *bh = bet + hh * C;
+        unsigned char *wsc = ws_head(p, hv0 + hh, slot);
+        if (hh > 0) {
+            __syncthreads(); /* the previous head's Tb reads of T are done */
+            constexpr float LOG2E = 1.4426950408889634f;
+            float gr[2], br[2];
 #pragma unroll
             for (int hrow = 0; hrow < 2; ++hrow) {
                 const int i = 16 * warp + g + 8 * hrow;
-                float av[2], pv[2];
+                gr[hrow] = gh[i] * LOG2E;
+                br[hrow] = bh[i] * rk[i];
+            }
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = 8 * nt + 2 * t + e;
-                    /* Only i >= j: 2^x of a non-positive number. */
-                    const float dec = i >= j ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * (e ? kcol.y : kcol.x) : 0.f;
-                    av[e] = i > j ? br[hrow] * dec * kk[nt][2 * hrow + e] : 0.f;
-                    pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
+            for (int nt = 0; nt < 8; ++nt) {
+                if (nt >= 2 * (warp + 1))
+                    break;
+                const float2 gcol = make_float2(gh[8 * nt + 2 * t] * LOG2E, gh[8 * nt + 2 * t + 1] * LOG2E);
+                const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
+                const float *home = kk_home<LD>(As, Ts, warp, nt >> 1) + 8 * (nt & 1) + 2 * t;
+#pragma unroll
+                for (int hrow = 0; hrow < 2; ++hrow) {
+                    const int i = 16 * warp + g + 8 * hrow;
+                    const float2 kv = *reinterpret_cast<const float2 *>(home + (g + 8 * hrow) * LD);
+                    float av[2];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int j = 8 * nt + 2 * t + e;
+                        /* The same expressions as in mask_rows: the same values. */
+                        const float dec = i >= j ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * (e ? kcol.y : kcol.x) : 0.f;
+                        av[e] = i > j ? br[hrow] * dec * (e ? kv.y : kv.x) : 0.f;
+                    }
+                    *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
                 }
-                *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
-                pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
             }
         }
-    }
-    __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
+        __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
 
-    /* T = (I + A)^-1, unit lower triangular, by 16 x 16 blocks. The four diagonal blocks at once,
-     * warp w block w, by forward substitution: lane cc < 16 solves column cc in registers, each
-     * row of A read as float4 (a broadcast). Then, with 3xTF32 tensor-core products
-     * (inverse_blocks), the blocks (1, 0), (2, 1), (3, 2), and last (2, 0) with (3, 0), and
-     * (3, 1): three barriers in all. */
-    if (lane < 16) {
-        const int r0 = 16 * warp, cc = lane;
-        float x[16];
+        /* T = (I + A)^-1, unit lower triangular, by 16 x 16 blocks. The four diagonal blocks at
+         * once, warp w block w, by forward substitution: lane cc < 16 solves column cc in
+         * registers, each row of A read as float4 (a broadcast). Then, with 3xTF32 tensor-core
+         * products (inverse_blocks), the blocks (1, 0), (2, 1), (3, 2), and last (2, 0) with
+         * (3, 0), and (3, 1): three barriers in all. */
+        if (lane < 16) {
+            const int r0 = 16 * warp, cc = lane;
+            float x[16];
 #pragma unroll
-        for (int i2 = 0; i2 < 16; ++i2) {
-            const float *arow = As + (r0 + i2) * LD + r0;
-            float a[16];
+            for (int i2 = 0; i2 < 16; ++i2) {
+                const float *arow = As + (r0 + i2) * LD + r0;
+                float a[16];
 #pragma unroll
-            for (int q4 = 0; q4 < (i2 + 3) / 4; ++q4) {
-                const float4 v = *reinterpret_cast<const float4 *>(arow + 4 * q4);
-                a[4 * q4] = v.x;
-                a[4 * q4 + 1] = v.y;
-                a[4 * q4 + 2] = v.z;
-                a[4 * q4 + 3] = v.w;
+                for (int q4 = 0; q4 < (i2 + 3) / 4; ++q4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(arow + 4 * q4);
+                    a[4 * q4] = v.x;
+                    a[4 * q4 + 1] = v.y;
+                    a[4 * q4 + 2] = v.z;
+                    a[4 * q4 + 3] = v.w;
+                }
+                float s = i2 == cc ? 1.f : 0.f;
+#pragma unroll
+                for (int ii = 0; ii < i2; ++ii)
+                    s -= a[ii] * x[ii];
+                x[i2] = s;
             }
-            float s = i2 == cc ? 1.f : 0.f;
 #pragma unroll
-            for (int ii = 0; ii < i2; ++ii)
-                s -= a[ii] * x[ii];
-            x[i2] = s;
+            for (int ii = 0; ii < 16; ++ii)
+                Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
         }
-#pragma unroll
-        for (int ii = 0; ii < 16; ++ii)
-            Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
-    }
-    __syncthreads();
-    /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
-    for (int task = warp; task < 6; task += 4)
-        inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
-    __syncthreads();
-    if (warp < 2)
-        inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
-    else
-        inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
-    __syncthreads();
+        __syncthreads();
+        /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
+        for (int task = warp; task < 6; task += 4)
+            inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
+        __syncthreads();
+        if (warp < 2)
+            inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
+        else
+            inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
+        __syncthreads();
 
-    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A warp
-     * takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads of T hit
-     * every bank once per 8 rows, and beta is a broadcast. */
-    T *tb_out = reinterpret_cast<T *>(wsc);
-    for (int idx = tid; idx < C * 8; idx += 128) {
-        const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
-        if ((ch >> 1) > (i >> 4))
-            continue;
-        const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
-        const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
-        const float4 b0 = *reinterpret_cast<const float4 *>(bet + j);
-        const float4 b1 = *reinterpret_cast<const float4 *>(bet + j + 4);
-        const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
-                            t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
-        uint32_t w[4];
+        /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
+         * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads
+         * of T hit every bank once per 8 rows, and beta is a broadcast. */
+        T *tb_out = reinterpret_cast<T *>(wsc);
+        for (int idx = tid; idx < C * 8; idx += 128) {
+            const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
+            if ((ch >> 1) > (i >> 4))
+                continue;
+            const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
+            const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
+            const float4 b0 = *reinterpret_cast<const float4 *>(bh + j);
+            const float4 b1 = *reinterpret_cast<const float4 *>(bh + j + 4);
+            const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
+                                t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
+            uint32_t w[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-            w[e] = op<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
-        *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-    float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
-    if (tid < C) {
-        const float gi = gam[tid], gc = gam[C - 1];
-        coef[tid] = rk[tid] * expf(gi);                     /* ck: rows of K in Y = K S */
-        coef[C + tid] = p.scale * rq[tid] * expf(gi);       /* cq: rows of Q in Q S */
-        coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
-        if (tid < 4)
-            coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
+            for (int e = 0; e < 4; ++e)
+                w[e] = op<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
+            *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
+        if (tid < C) {
+            const float gi = gh[tid], gc = gh[C - 1];
+            coef[tid] = rk[tid] * expf(gi);                     /* ck: rows of K in Y = K S */
+            coef[C + tid] = p.scale * rq[tid] * expf(gi);       /* cq: rows of Q in Q S */
+            coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
+            if (tid < 4)
+                coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
+        }
     }
 }
 
@@ -1102,6 +1207,27 @@ static cp_plan plan_cp(const gdn_problem *p)
     return cp;
 }
 
+/* Value heads per chunk_prep CTA: the most (a divisor of G, at most PREP_MAX_HEADS) that still
+ * leave two waves of resident CTAs, since one CTA is one serial chain and a group's heads run one
+ * after another: grouping saves the shared Q / K part (loads, norms, K K^T, Q K^T) but at a few
+ * CTAs per SM lengthens the chains that then set the time. GDN_CHUNK_DEV_PREP_HEADS caps the
+ * group in dev builds, without the wave rule (tests: every G takes the grouped path). */
+static int64_t prep_heads_for(const gdn_problem *p, int64_t slots)
+{
+#ifdef GDN_CHUNK_DEV_PREP_HEADS
+    for (int64_t nh = GDN_CHUNK_DEV_PREP_HEADS < PREP_MAX_HEADS ? GDN_CHUNK_DEV_PREP_HEADS : PREP_MAX_HEADS; nh > 1; --nh)
+        if (p->G % nh == 0)
+            return nh;
+    return 1;
+#else
+    const int64_t resident = (int64_t)sm_count(p) * PREP_CTAS;
+    for (int64_t nh = PREP_MAX_HEADS; nh > 1; --nh)
+        if (p->G % nh == 0 && slots * p->HV / nh >= 2 * resident)
+            return nh;
+    return 1;
+#endif
+}
+
 /* Bytes of the chunk workspace (Tb, Pm, coefficients), then of the CP buffers. */
 static size_t chunk_ws_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK; }
 
@@ -1130,12 +1256,12 @@ static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStrea
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
     gdn_status st;
-    auto prep = chunk_prep_kernel<K, T>;
+    auto prep = prm.prep_heads > 1 ? chunk_prep_kernel<K, T, true> : chunk_prep_kernel<K, T, false>;
     constexpr int PB = prep_smem<K>::BYTES;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
                              "chunk_prep smem")) != GDN_OK)
         return st;
-    return launch_kernel(prep, prm.slots * p->HV, 128, PB, stream, prm, "chunk_prep launch");
+    return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, PB, stream, prm, "chunk_prep launch");
 }
 
 /* chunk_main over nseg segments (1 without CP) of every (sequence, value head), with PRE the
@@ -1295,6 +1421,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.V = p->V;
     prm.cps = (p->T + C - 1) / C;
     prm.slots = slots_per_head(p);
+    prm.prep_heads = prep_heads_for(p, prm.slots);
     prm.cu = p->cu_seqlens;
     prm.q = p->q.data;
     prm.k = p->k.data;
