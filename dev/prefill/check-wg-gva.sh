@@ -19,6 +19,9 @@ R=$PWD
 OUT=${OUT:-/tmp/wg_gva_check}
 BUDGET=${BUDGET:-570}
 mkdir -p "$OUT"
+LOGS=/tmp/wg_gva_logs # everything but the summary, the tables and the timings goes to $OUT/logs.tgz
+rm -rf $LOGS && mkdir -p $LOGS
+trap 'tar czf "$OUT/logs.tgz" -C $LOGS . 2>/dev/null' EXIT
 t0=$(date +%s)
 log() { echo "$* t=$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"; }
 ARCH="-gencode=arch=compute_90a,code=sm_90a"
@@ -30,7 +33,7 @@ if [ -n "${FLA:-}" ] && [ -d .peers/fla ]; then
     mkdir -p $TRITON_CACHE_DIR
     [ -f build-prefill/dev/triton_autotune.tgz ] && tar xzf build-prefill/dev/triton_autotune.tgz -C $TRITON_CACHE_DIR
     for w in B1_T8192_H2_HV8 B1_T32768_H16_HV32 B2_T16384_H16_HV16; do
-        timeout 240 python3 bench/fla_prefill.py --warm $w >>"$OUT/fla_warm.log" 2>&1 &
+        timeout 240 python3 bench/fla_prefill.py --warm $w >>"$LOGS/fla_warm.log" 2>&1 &
     done
 fi
 
@@ -56,38 +59,38 @@ for v in main nogroup h4 mma; do eval "wait \$pid_$v"; eval "log \"build $v rc=\
 [ -x /tmp/v_main/tests/test_cuda_chunk ] || { tail -n 30 /tmp/v_main.log; exit 1; }
 
 for v in main h4; do
-    timeout 150 /tmp/v_$v/tests/test_cuda_chunk >"$OUT/test_$v.log" 2>&1
-    log "test_cuda_chunk $v rc=$? $(tail -n 1 "$OUT/test_$v.log")"
-    grep "^FAIL" "$OUT/test_$v.log"
+    timeout 150 /tmp/v_$v/tests/test_cuda_chunk >"$LOGS/test_$v.log" 2>&1
+    log "test_cuda_chunk $v rc=$? $(tail -n 1 "$LOGS/test_$v.log")"
+    grep "^FAIL" "$LOGS/test_$v.log"
 done
 for v in main nogroup h4; do
-    [ -x /tmp/v_$v/prep_gva_digest ] && timeout 60 /tmp/v_$v/prep_gva_digest >"$OUT/digest_$v.txt" 2>&1
+    [ -x /tmp/v_$v/prep_gva_digest ] && timeout 60 /tmp/v_$v/prep_gva_digest >"$LOGS/digest_$v.txt" 2>&1
 done
 for v in nogroup h4; do
-    if [ -s "$OUT/digest_main.txt" ] && cmp -s "$OUT/digest_main.txt" "$OUT/digest_$v.txt"; then
-        log "digest $v = main: bitwise identical ($(wc -l <"$OUT/digest_main.txt") cases)"
+    if [ -s "$LOGS/digest_main.txt" ] && cmp -s "$LOGS/digest_main.txt" "$LOGS/digest_$v.txt"; then
+        log "digest $v = main: bitwise identical ($(wc -l <"$LOGS/digest_main.txt") cases)"
     else
         log "digest $v DIFFERS from main"
-        diff "$OUT/digest_main.txt" "$OUT/digest_$v.txt" | head -n 10
+        diff "$LOGS/digest_main.txt" "$LOGS/digest_$v.txt" | head -n 10
     fi
 done
 for v in main h4; do
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/v_$v/tests/test_cuda_chunk basic gva varlen \
-        odd_lengths cp_small graph_capture >"$OUT/memcheck_$v.log" 2>&1
-    log "memcheck $v rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_$v.log" | tail -n 1)"
+        odd_lengths cp_small graph_capture >"$LOGS/memcheck_$v.log" 2>&1
+    log "memcheck $v rc=$? $(grep 'ERROR SUMMARY' "$LOGS/memcheck_$v.log" | tail -n 1)"
     timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 /tmp/v_$v/tests/test_cuda_chunk basic gva cp_small \
-        >"$OUT/racecheck_$v.log" 2>&1
-    log "racecheck $v rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck_$v.log" | tail -n 1)"
+        >"$LOGS/racecheck_$v.log" 2>&1
+    log "racecheck $v rc=$? $(grep 'RACECHECK SUMMARY' "$LOGS/racecheck_$v.log" | tail -n 1)"
 done
 for v in main nogroup mma; do
-    [ -x /tmp/v_$v/bench_prefill ] && timeout 90 /tmp/v_$v/bench_prefill "$OUT/b_$v.txt" >"$OUT/bench_$v.log" 2>&1
+    [ -x /tmp/v_$v/bench_prefill ] && timeout 90 /tmp/v_$v/bench_prefill "$OUT/b_$v.txt" >"$LOGS/bench_$v.log" 2>&1
 done
 log "bench done"
 if [ -n "${FLA:-}" ] && [ -d .peers/fla ]; then
     wait
     left=$(( BUDGET - $(date +%s) + t0 ))
     GDN_LIBRARY=/tmp/v_main/libgdn.so timeout $left python3 bench/fla_prefill.py --ours "$OUT/b_main.txt" \
-        --out "$OUT/fla_table.txt" >"$OUT/fla.log" 2>&1
+        --out "$OUT/fla_table.txt" >"$LOGS/fla.log" 2>&1
     log "fla rc=$? (limit $left s)"
 fi
 echo "== bench_prefill graph ms (eager ms)"
@@ -111,5 +114,5 @@ for k in m:
     r = lambda d: f"{m[k][0] / d[k][0]:.3f}" if k in d else "-"
     print(f"{k:26} {f(a)} {f(g)} {m[k][0]:8.4f} ({m[k][1]:7.4f}) {r(g):>12} {r(a):>8}")
 PY
-[ -f "$OUT/fla_table.txt" ] && tail -n 14 "$OUT/fla_table.txt"
+[ -f "$OUT/fla_table.txt" ] && sed -n '/^case/,$p' "$OUT/fla_table.txt"
 exit 0

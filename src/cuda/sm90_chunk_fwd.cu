@@ -1298,16 +1298,19 @@ static bool wg_fits(const gdn_problem *p)
 #endif
 }
 
-template <typename T, int K>
+/* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
+template <typename T, int K, bool PRE>
 static gdn_status launch_wg(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     gdn_status st;
-    auto wg = chunk_wg_kernel<K, T>;
-    constexpr int WB = wg_smem<K>::BYTES;
+    auto wg = chunk_wg_kernel<K, T, PRE>;
+    constexpr int WB = wg_smem<K, PRE>::BYTES;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
                              "chunk_wg smem")) != GDN_OK)
         return st;
-    return launch_kernel(wg, nseg * p->N * p->HV * (p->V / 64), WG_THREADS, WB, stream, prm, "chunk_wg launch");
+    const int64_t rows = PRE ? p->V + K : p->V;
+    return launch_kernel(wg, nseg * p->N * p->HV * (rows / 64), wg_cfg<PRE>::THREADS, WB, stream, prm,
+                         "chunk_wg launch");
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
@@ -1316,8 +1319,11 @@ template <typename T, int K>
 static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
     gdn_status st = launch_prep<T, K>(prm, p, stream);
-    if (st != GDN_OK ||
-        (st = launch_main<T, K, CP_TILE_NW, 1, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
+    if (st != GDN_OK)
+        return st;
+    st = wg_fits(p) ? launch_wg<T, K, true>(prm, p, prm.nseg - 1, stream)
+                    : launch_main<T, K, CP_TILE_NW, 1, true>(prm, p, prm.nseg - 1, stream);
+    if (st != GDN_OK)
         return st;
     auto scan = cp_scan_kernel<K>;
     constexpr int SB = scan_smem_bytes<K>();
@@ -1327,7 +1333,7 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     if ((st = launch_kernel(scan, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(), SB, stream, prm,
                             "cp_scan launch")) != GDN_OK)
         return st;
-    return wg_fits(p) ? launch_wg<T, K>(prm, p, prm.nseg, stream)
+    return wg_fits(p) ? launch_wg<T, K, false>(prm, p, prm.nseg, stream)
                       : launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
 }
 
@@ -1344,7 +1350,7 @@ static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_
         return launch_cp<T, K>(prm, p, stream);
     if (wg_fits(p)) {
         const gdn_status st = launch_prep<T, K>(prm, p, stream);
-        return st != GDN_OK ? st : launch_wg<T, K>(prm, p, 1, stream);
+        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
     }
 #if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
     if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)

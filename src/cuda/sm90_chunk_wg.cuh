@@ -24,32 +24,41 @@
  * Every tile is a 128-byte-swizzled box (sm90_wgmma.cuh), so wgmma reads them through
  * descriptors. The workspace keeps only the lower-triangular 16 x 16 blocks of Tb and Pm; the
  * blocks above the diagonal are zeroed once per stage at the start and never written again, so
- * full-tile products read zeros there. One barrier of all threads per chunk (4) publishes a
- * stage and orders the hand-off tiles' reuse; named barriers hand S^T (1) and Vn^T (2) from the
- * chain to the output warpgroup, and order the output staging tile (3).
+ * full-tile products read zeros there. The stage ring runs on mbarriers; named barriers hand
+ * S^T (1) and Vn^T (2) from the chain to the output warpgroup, give them back (4, 5), and order
+ * the output staging tiles (3).
+ *
+ * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real
+ * ones from a zero state (the first segment from the initial state) giving N^T, K more with v = 0
+ * from the identity giving M^T; its final S^T (f32) to cp_pre. No output warpgroup and no Q, a
+ * two-stage ring and two copy warps: 192 threads and 86 KB at K = 128, two CTAs per SM.
  */
 #pragma once
 
-/* 384 threads: the copy warpgroup gives registers to the other two (168 each at launch; 200 for
- * the chain and output warpgroups, 96 for the copy warpgroup). */
-constexpr int WG_THREADS = 384, WG_STAGES = 3;
+/* Main pass: 384 threads; the copy warpgroup gives registers to the other two (168 each at
+ * launch; 200 for the chain and output warpgroups, 96 for the copy warpgroup). PRE: 192. */
+template <bool PRE> struct wg_cfg {
+    static constexpr int THREADS = PRE ? 192 : 384, COPY = PRE ? 64 : 128, STAGES = PRE ? 2 : 3;
+};
 
-template <int K> struct wg_smem {
-    static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64; /* boxes of a Q or K tile */
-    static constexpr int Q = 0, KT = KB * B, V = 2 * KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
+template <int K, bool PRE> struct wg_smem {
+    static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64, S = wg_cfg<PRE>::STAGES; /* KB: boxes of a Q or K tile */
+    static constexpr int Q = 0, KT = PRE ? 0 : KB * B, V = KT + KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
     static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
-    static constexpr int SBUF = WG_STAGES * STAGE, VNBUF = SBUF + KB * B, OST = VNBUF + B, MAP = OST + 2 * B;
-    static constexpr int BARS = MAP + WS_MAP_BYTES;                  /* full[3], empty[3] mbarriers */
-    static constexpr int BYTES = BARS + 2 * WG_STAGES * 8 + 1024;    /* + slack to align the base to 1024 */
+    static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
+    static constexpr int MAP = OST + (PRE ? 0 : 2 * B);
+    static constexpr int BARS = MAP + WS_MAP_BYTES;       /* full[S], empty[S] mbarriers */
+    static constexpr int BYTES = BARS + 2 * S * 8 + 1024; /* + slack to align the base to 1024 */
     static_assert(PM == TB + TILE_BYTES && COEF == TB + 2 * TILE_BYTES, "workspace image: Tb, Pm, coefficients");
 };
 
-template <int K, typename T>
-__global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
+template <int K, typename T, bool PRE>
+__global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const params p)
 {
     using namespace gdn_wgmma;
-    using L = wg_smem<K>;
-    constexpr int KB = K / 64, KC = K / 8, AHEAD = WG_STAGES - 1, BV = 64;
+    using L = wg_smem<K, PRE>;
+    constexpr int THREADS = wg_cfg<PRE>::THREADS, COPY = wg_cfg<PRE>::COPY, STAGES = L::S;
+    constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = 64;
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -59,11 +68,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool chain = warp < 4;
     const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
-    const unsigned ntiles = (unsigned)(p.V / BV), unit = blockIdx.x / ntiles;
+    const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
     const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
     const int64_t seg = unit / pairs;
     const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV, h = hv / p.G;
     const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
+    const bool v_real = !PRE || v0 < p.V; /* PRE: rows v0 >= V are M's, with v = 0 */
+    if (PRE && seg == 0 && !v_real)
+        return; /* the first segment starts from the known state: no M */
     seq_info sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
@@ -75,14 +87,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         sq.slot0 += cbeg;
     }
 
-    /* The blocks of Tb and Pm above the diagonal: zero in every stage, for good. */
-    for (int u = tid; u < WG_STAGES * 2 * TILE_BYTES / 16; u += WG_THREADS) {
+    /* The blocks of Tb and Pm above the diagonal: zero in every stage, for good; so is the V tile
+     * of M's rows, which is never loaded. */
+    for (int u = tid; u < STAGES * 2 * TILE_BYTES / 16; u += THREADS) {
         const int st = u / (2 * TILE_BYTES / 16), off = u % (2 * TILE_BYTES / 16);
         *reinterpret_cast<uint4 *>(smem + st * L::STAGE + L::TB + 16 * off) = make_uint4(0, 0, 0, 0);
     }
+    if (!v_real)
+        for (int u = tid; u < STAGES * L::B / 16; u += THREADS)
+            *reinterpret_cast<uint4 *>(smem + u / (L::B / 16) * L::STAGE + L::V + 16 * (u % (L::B / 16))) = make_uint4(0, 0, 0, 0);
     /* Shared-memory offset (from Tb) of each 16-byte copy of the workspace chunk, as in chunk_main. */
     uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
-    for (int u = tid; u < WS_COPIES; u += WG_THREADS) {
+    for (int u = tid; u < WS_COPIES; u += THREADS) {
         int off;
         if (u < 2 * TRI_BYTES / 16) {
             const int tile = u >= TRI_BYTES / 16, ti = u - tile * (TRI_BYTES / 16);
@@ -93,28 +109,28 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         }
         ws_map[u] = (uint16_t)off;
     }
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + L::BARS), *empty = full + WG_STAGES;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + L::BARS), *empty = full + STAGES;
     if (tid == 0) {
-        for (int i = 0; i < WG_STAGES; ++i) {
-            mbar_init(&full[i], 128);  /* the copy warpgroup's threads, their copies landed */
-            mbar_init(&empty[i], 256); /* the chain and output warpgroups, done with the stage */
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(&full[i], COPY);            /* the copy threads, their copies landed */
+            mbar_init(&empty[i], PRE ? 128 : 256); /* the chain (and output) warpgroups, done with the stage */
         }
         mbar_fence_init();
     }
     fence_proxy_async();
     __syncthreads();
 
-    /* Copy warpgroup: thread pt copies 16-byte chunk qk_ch of rows qk_r0 + QK_RP it of Q and K,
-     * chunk v_ch of rows v_r0 + 16 it of the V tile, and copies pt + 128 it of the workspace chunk. */
-    constexpr int QK_RP = 128 / KC;
-    const int pt = tid & 127;
+    /* Copy threads: pt copies 16-byte chunk qk_ch of rows qk_r0 + QK_RP it of Q and K, chunk v_ch
+     * of rows v_r0 + V_RP it of the V tile, and copies pt + COPY it of the workspace chunk. */
+    constexpr int QK_RP = COPY / KC, V_RP = COPY / 8;
+    const int pt = tid % COPY;
     auto load_chunk = [&](int64_t c, int stage) {
         const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
         const int qk_ch = pt % KC, qk_r0 = pt / KC, v_ch = pt & 7, v_r0 = pt >> 3;
         const int64_t t0 = sq.bos + c * C;
         unsigned char *base = smem + stage * L::STAGE;
         const int cl = (int)min64(C, sq.len - c * C);
-        const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = 16 * p.v_t;
+        const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
         const T *qp = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (t0 + qk_r0) * p.q_t;
         const T *kp = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (t0 + qk_r0) * p.k_t;
         const T *vp = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
@@ -123,24 +139,26 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             const int r = qk_r0 + QK_RP * it;
             const bool ok = r < cl;
             const uint32_t off = (uint32_t)(qk_ch >> 3) * L::B + box_offset(r, (qk_ch & 7) * 8);
-            cp_async16(base + L::Q + off, ok ? qp : q, ok ? 16 : 0);
+            if constexpr (!PRE) /* no outputs, no Q */
+                cp_async16(base + L::Q + off, ok ? qp : q, ok ? 16 : 0);
             cp_async16(base + L::KT + off, ok ? kp : k, ok ? 16 : 0);
             qp += q_step;
             kp += k_step;
         }
+        if (v_real)
 #pragma unroll
-        for (int it = 0; it < C / 16; ++it) {
-            const int r = v_r0 + 16 * it;
-            const bool ok = r < cl;
-            cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
-            vp += v_step;
-        }
+            for (int it = 0; it < C / V_RP; ++it) {
+                const int r = v_r0 + V_RP * it;
+                const bool ok = r < cl;
+                cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
+                vp += v_step;
+            }
         const unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * WS_CHUNK + 16 * pt;
         unsigned char *dst = base + L::TB;
 #pragma unroll
-        for (int u = pt; u < WS_COPIES; u += 128) {
+        for (int u = pt; u < WS_COPIES; u += COPY) {
             cp_async16(dst + ws_map[u], wsc, 16);
-            wsc += 16 * 128;
+            wsc += 16 * COPY;
         }
     };
 
@@ -150,25 +168,26 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
      * warpgroup still finishes chunk c; the hand-off tiles are single, so the output warpgroup
      * gives each back (named barriers 4, 5) before the chain overwrites it. */
     const int c_end = (int)nchunks;
-    if (warp >= 8) {
-        regs_dec<96>();
-        if (c_end > 0)
-            load_chunk(0, 0);
-        cp_async_commit();
-        if (c_end > 1)
-            load_chunk(1, 1);
-        cp_async_commit();
+    if (tid >= THREADS - COPY) {
+        if constexpr (!PRE)
+            regs_dec<96>();
+#pragma unroll
+        for (int i = 0; i < AHEAD; ++i) {
+            if (i < c_end)
+                load_chunk(i, i);
+            cp_async_commit();
+        }
         int stage = 0;
 #pragma unroll 1
-        for (int c = 0; c < c_end; ++c, stage = stage == WG_STAGES - 1 ? 0 : stage + 1) {
+        for (int c = 0; c < c_end; ++c, stage = stage == STAGES - 1 ? 0 : stage + 1) {
             cp_async_wait<AHEAD - 1>();
             fence_proxy_async();
             mbar_arrive(&full[stage]);
             if (c + AHEAD < c_end) {
-                /* The stage of chunk c + 2 last held chunk c - 1 (its (c - 1) / 3-th use). */
-                const int prev = stage == 0 ? WG_STAGES - 1 : stage - 1;
+                /* The stage of chunk c + AHEAD last held chunk c - 1 (its (c - 1) / STAGES-th use). */
+                const int prev = stage == 0 ? STAGES - 1 : stage - 1;
                 if (c >= 1)
-                    mbar_wait(&empty[prev], (uint32_t)((c - 1) / WG_STAGES) & 1u);
+                    mbar_wait(&empty[prev], (uint32_t)((c - 1) / STAGES) & 1u);
                 load_chunk(c + AHEAD, prev);
             }
             cp_async_commit();
@@ -176,7 +195,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         cp_async_wait<0>();
         return;
     }
-    regs_inc<200>();
+    if constexpr (!PRE)
+        regs_inc<200>();
 
     if (chain) {
         /* s[b][i] = S^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
@@ -187,9 +207,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             for (int i = 0; i < 32; ++i) {
                 const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
                 float x = 0.f;
-                if (p.seg_chunks > 0)
+                if (PRE && !v_real)
+                    x = vv - p.V == d ? 1.f : 0.f;
+                else if (!PRE && p.seg_chunks > 0)
                     x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
-                else if (p.h0)
+                else if (p.h0 && seg == 0)
                     x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
                 s[b][i] = x;
             }
@@ -209,7 +231,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
              * box; each box also goes to the hand-off tile before its products are issued. */
             uint32_t sa[K / 16][4];
             float y[32];
-            if (c > 0)
+            if (!PRE && c > 0)
                 bar_sync(BAR_SFREE, 256); /* the output warpgroup's S^T Q^T of chunk c - 1 is done */
 #pragma unroll
             for (int b = 0; b < KB; ++b) {
@@ -220,7 +242,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
                     sa[j][1] = op<T>::pack(s[b][e + 2], s[b][e + 3]);
                     sa[j][2] = op<T>::pack(s[b][e + 4], s[b][e + 5]);
                     sa[j][3] = op<T>::pack(s[b][e + 6], s[b][e + 7]);
-                    stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * jj + (mi >> 1) * 8), sa[j]);
+                    if constexpr (!PRE)
+                        stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * jj + (mi >> 1) * 8), sa[j]);
                 }
                 fence();
 #pragma unroll
@@ -228,8 +251,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
                     mma_rs<T, 0>(y, sa[4 * b + jj], desc_add(dks, L::KT + kmajor_step(4 * b + jj)), b + jj > 0);
             }
             commit();
-            fence_proxy_async();
-            bar_arrive(BAR_S, 256);
+            if constexpr (!PRE) {
+                fence_proxy_async();
+                bar_arrive(BAR_S, 256);
+            }
 
             /* Meanwhile: V^T fragments and ck. */
             uint32_t vt[4][4];
@@ -298,27 +323,39 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
             commit();
 
             /* Meanwhile: Vn^T to the output warpgroup. */
-            if (c > 0)
-                bar_sync(BAR_VFREE, 256); /* its Vn^T Pm^T of chunk c - 1 is done */
+            if constexpr (!PRE) {
+                if (c > 0)
+                    bar_sync(BAR_VFREE, 256); /* its Vn^T Pm^T of chunk c - 1 is done */
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
-                                        op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
-                stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
+                                            op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
+                    stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
+                }
+                fence_proxy_async();
+                bar_arrive(BAR_V, 256);
             }
-            fence_proxy_async();
-            bar_arrive(BAR_V, 256);
             wait<0>();
 #pragma unroll
             for (int b = 0; b < KB; ++b)
                 acc_fence(s[b]);
             mbar_arrive(&empty[stage]);
-            if (++stage == WG_STAGES) {
+            if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1u;
             }
         }
-        if (p.ht && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
+        if constexpr (PRE) {
+            /* The segment's map, two adjacent d per register pair. */
+            const int64_t pcs = (int64_t)pair * p.nseg + seg;
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                    *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[b][i], s[b][i + 1]);
+                }
+        } else if (p.ht && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
@@ -334,66 +371,69 @@ __global__ void __launch_bounds__(WG_THREADS, 1) chunk_wg_kernel(const params p)
         return;
     }
 
-    T *o = static_cast<T *>(p.o);
-    int stage = 0;
-    uint32_t phase = 0;
+    if constexpr (!PRE) {
+        /* Output warpgroup. */
+        T *o = static_cast<T *>(p.o);
+        int stage = 0;
+        uint32_t phase = 0;
 #pragma unroll 1
-    for (int c = 0; c < c_end; ++c) {
-        mbar_wait(&full[stage], phase);
-        const uint32_t so = stage * L::STAGE, ost = L::OST + (c & 1) * L::B;
-        const uint64_t dks = desc_add(dk, so);
-        const float *cq = reinterpret_cast<const float *>(smem + so + L::COEF) + C;
-        /* Output warpgroup: O^T = cq (S^T Q^T) + Vn^T Pm^T. */
-        float oa[32];
-        bar_sync(BAR_S, 256);
-        fence();
+        for (int c = 0; c < c_end; ++c) {
+            mbar_wait(&full[stage], phase);
+            const uint32_t so = stage * L::STAGE, ost = L::OST + (c & 1) * L::B;
+            const uint64_t dks = desc_add(dk, so);
+            const float *cq = reinterpret_cast<const float *>(smem + so + L::COEF) + C;
+            /* Output warpgroup: O^T = cq (S^T Q^T) + Vn^T Pm^T. */
+            float oa[32];
+            bar_sync(BAR_S, 256);
+            fence();
 #pragma unroll
-        for (int j = 0; j < K / 16; ++j)
-            mma_ss<T, 0>(oa, desc_add(dk, L::SBUF + kmajor_step(j)), desc_add(dks, L::Q + kmajor_step(j)), j > 0);
-        commit();
-        wait<0>();
-        acc_fence(oa);
-        if (c + 1 < c_end)
-            bar_arrive(BAR_SFREE, 256);
+            for (int j = 0; j < K / 16; ++j)
+                mma_ss<T, 0>(oa, desc_add(dk, L::SBUF + kmajor_step(j)), desc_add(dks, L::Q + kmajor_step(j)), j > 0);
+            commit();
+            wait<0>();
+            acc_fence(oa);
+            if (c + 1 < c_end)
+                bar_arrive(BAR_SFREE, 256);
 #pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-            const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
-            oa[i] *= cf.x;
-            oa[i + 1] *= cf.y;
-        }
-        bar_sync(BAR_V, 256);
-        fence();
+            for (int i = 0; i < 32; i += 2) {
+                const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
+                oa[i] *= cf.x;
+                oa[i + 1] *= cf.y;
+            }
+            bar_sync(BAR_V, 256);
+            fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            mma_ss<T, 0>(oa, desc_add(dk, L::VNBUF + kmajor_step(j)), desc_add(dks, L::PM + kmajor_step(j)), 1);
-        commit();
-        wait<0>();
-        acc_fence(oa);
-        if (c + 1 < c_end)
-            bar_arrive(BAR_VFREE, 256);
-        mbar_arrive(&empty[stage]); /* Q, Pm and cq read */
-        if (++stage == WG_STAGES) {
-            stage = 0;
-            phase ^= 1u;
-        }
+            for (int j = 0; j < 4; ++j)
+                mma_ss<T, 0>(oa, desc_add(dk, L::VNBUF + kmajor_step(j)), desc_add(dks, L::PM + kmajor_step(j)), 1);
+            commit();
+            wait<0>();
+            acc_fence(oa);
+            if (c + 1 < c_end)
+                bar_arrive(BAR_VFREE, 256);
+            mbar_arrive(&empty[stage]); /* Q, Pm and cq read */
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1u;
+            }
 
-        /* O: transposed into the staging tile of this chunk's parity ([token][v]), then the valid
-         * rows out. Two tiles: a thread writes one only after every output thread has passed the
-         * last barrier 3, so after it finished reading that tile two chunks ago. */
+            /* O: transposed into the staging tile of this chunk's parity ([token][v]), then the valid
+             * rows out. Two tiles: a thread writes one only after every output thread has passed the
+             * last barrier 3, so after it finished reading that tile two chunks ago. */
 #pragma unroll
-        for (int jt = 0; jt < 4; ++jt) {
-            const uint32_t ov[4] = {op<T>::pack(oa[8 * jt + 0], oa[8 * jt + 1]), op<T>::pack(oa[8 * jt + 2], oa[8 * jt + 3]),
-                                    op<T>::pack(oa[8 * jt + 4], oa[8 * jt + 5]), op<T>::pack(oa[8 * jt + 6], oa[8 * jt + 7])};
-            stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
-        }
-        bar_sync(BAR_O, 128);
-        const int cl = (int)min64(C, sq.len - (int64_t)c * C);
-        T *op_ = o + sq.row * p.o_b + (sq.bos + (int64_t)c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
+            for (int jt = 0; jt < 4; ++jt) {
+                const uint32_t ov[4] = {op<T>::pack(oa[8 * jt + 0], oa[8 * jt + 1]), op<T>::pack(oa[8 * jt + 2], oa[8 * jt + 3]),
+                                        op<T>::pack(oa[8 * jt + 4], oa[8 * jt + 5]), op<T>::pack(oa[8 * jt + 6], oa[8 * jt + 7])};
+                stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
+            }
+            bar_sync(BAR_O, 128);
+            const int cl = (int)min64(C, sq.len - (int64_t)c * C);
+            T *op_ = o + sq.row * p.o_b + (sq.bos + (int64_t)c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int r = (t >> 3) + 16 * it;
-            if (r < cl)
-                *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)));
+            for (int it = 0; it < 4; ++it) {
+                const int r = (t >> 3) + 16 * it;
+                if (r < cl)
+                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)));
+            }
         }
     }
 }
