@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# check-wg-gva.sh - one device call for the tree as it is (chunk_wg main pass + chunk_prep head
-# groups for GVA), against the same tree built three other ways (CMake Release each):
+# check-wg-gva.sh - one device call for the prefill path as it is (chunk_prep with head groups for
+# GVA, chunk_wg), against the same tree built two other ways (CMake Release each):
 #   main     as it is
-#   nogroup  -DGDN_CHUNK_DEV_PREP_HEADS=1: chunk_prep one head per CTA everywhere (before the groups)
+#   nogroup  -DGDN_CHUNK_DEV_PREP_HEADS=1: chunk_prep one head per CTA everywhere
 #   h4       -DGDN_CHUNK_DEV_PREP_HEADS=4: the largest group dividing G at every size, so that the
 #            tests take the grouped path (G = 2, 3, 4, 9 in test_cuda_chunk)
-#   mma      -DGDN_CHUNK_DEV_NO_WG: chunk_main (mma.sync) for the main pass (before chunk_wg)
 # Runs test_cuda_chunk (all) on main and h4; prep_gva_digest (fixed inputs, digests of o and the
 # final state) on main, nogroup and h4, which must agree bit for bit; memcheck on main and h4,
-# racecheck on main and h4; bench_prefill of main, nogroup and mma; with FLA=1, FLA beside main
+# racecheck on main and h4; bench_prefill of main and nogroup; with FLA=1, FLA beside main
 # (bench/fla_prefill.py with accuracy; carry .peers/fla and build-prefill/dev/triton_autotune.tgz).
 # Logs in $OUT; table last.
 #   run(command="FLA=1 bash dev/prefill/check-wg-gva.sh 2>&1 | tail -n 60",
@@ -41,7 +40,6 @@ flags() {
     case $1 in
     nogroup) echo "-DGDN_CHUNK_DEV_PREP_HEADS=1" ;;
     h4) echo "-DGDN_CHUNK_DEV_PREP_HEADS=4" ;;
-    mma) echo "-DGDN_CHUNK_DEV_NO_WG" ;;
     esac
 }
 build() {
@@ -54,8 +52,8 @@ build() {
             $d/tests/libgdn_test_util.a $d/libgdn_static.a -L$CUDA_HOME/lib64 -lcudart -lstdc++ -lm -lpthread \
             -o $d/prep_gva_digest >>"$d.log" 2>&1
 }
-for v in main nogroup h4 mma; do build $v & eval "pid_$v=$!"; done
-for v in main nogroup h4 mma; do eval "wait \$pid_$v"; eval "log \"build $v rc=\$?\""; done
+for v in main nogroup h4; do build $v & eval "pid_$v=$!"; done
+for v in main nogroup h4; do eval "wait \$pid_$v"; eval "log \"build $v rc=\$?\""; done
 [ -x /tmp/v_main/tests/test_cuda_chunk ] || { tail -n 30 /tmp/v_main.log; exit 1; }
 
 for v in main h4; do
@@ -82,7 +80,7 @@ for v in main h4; do
         >"$LOGS/racecheck_$v.log" 2>&1
     log "racecheck $v rc=$? $(grep 'RACECHECK SUMMARY' "$LOGS/racecheck_$v.log" | tail -n 1)"
 done
-for v in main nogroup mma; do
+for v in main nogroup; do
     [ -x /tmp/v_$v/bench_prefill ] && timeout 90 /tmp/v_$v/bench_prefill "$OUT/b_$v.txt" >"$LOGS/bench_$v.log" 2>&1
 done
 log "bench done"
@@ -107,12 +105,12 @@ def rd(v):
     except OSError:
         pass
     return d
-m, g, a = rd("main"), rd("nogroup"), rd("mma")
-print(f"{'shape':26} {'mma':>8} {'nogroup':>8} {'main':>18} {'main/nogroup':>12} {'main/mma':>8}")
+m, g = rd("main"), rd("nogroup")
+print(f"{'shape':26} {'nogroup':>8} {'main':>18} {'main/nogroup':>12}")
 for k in m:
     f = lambda d: f"{d[k][0]:8.4f}" if k in d else "       -"
     r = lambda d: f"{m[k][0] / d[k][0]:.3f}" if k in d else "-"
-    print(f"{k:26} {f(a)} {f(g)} {m[k][0]:8.4f} ({m[k][1]:7.4f}) {r(g):>12} {r(a):>8}")
+    print(f"{k:26} {f(g)} {m[k][0]:8.4f} ({m[k][1]:7.4f}) {r(g):>12}")
 PY
 [ -f "$OUT/fla_table.txt" ] && sed -n '/^case/,$p' "$OUT/fla_table.txt"
 exit 0

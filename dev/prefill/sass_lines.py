@@ -6,7 +6,7 @@ Build the cubin with the flags of the binary that was run plus -lineinfo (which 
 code unchanged; check with --compare against a cubin built without it), then:
 
     nvcc <flags> -lineinfo -cubin -o k.cubin src/cuda/sm90_chunk_fwd.cu
-    python3 dev/prefill/sass_lines.py k.cubin 'chunk_main_kernelILi128ELi1ELi2E13' 0xe400 0xd5d0
+    python3 dev/prefill/sass_lines.py k.cubin 'chunk_wg_kernelILi128E13' 0xe400 0xd5d0
 
 Per offset: the 12-bit SASS opcode (0xfae LDGSTS, 0x83b LDSM, 0x984 LDS, 0x388 STS, 0xb1d / 0x51d
 BAR, 0x91a DEPBAR, as read off this kernel's line tables), the innermost source line

@@ -1,46 +1,40 @@
 /*
- * sm90_chunk_fwd.cu - chunked forward (prefill) of GDN on Hopper tensor cores (mma.sync, bf16 /
- * f16 operands, f32 accumulation), chunk C = 64, following the chunked form of GDN_MATH.md with
+ * sm90_chunk_fwd.cu - chunked forward (prefill) of GDN on Hopper tensor cores (bf16 / f16
+ * operands, f32 accumulation), chunk C = 64, following the chunked form of GDN_MATH.md with
  * Vnew = T diag(beta) (V - exp(Gam) K S), T = (I + A)^-1, so that W and U are never formed.
  *
  * Two kernels:
- *   chunk_prep  one CTA (4 warps) per (chunk, group of 1 .. 4 value heads of one key head), all
- *               chunks in parallel. Everything of a chunk that does not depend on the state:
- *               gates and their cumsum Gam, q/k L2 norms (kept as row factors, never rounded
- *               into q / k), K K^T and Q K^T (once per group: they depend on the key head
- *               only), then per value head A from K K^T, T = (I + A)^-1 in
- *               16 x 16 blocks (diagonal blocks by forward substitution in f32, the others by
- *               3xTF32 tensor-core products), and the masked, decayed Q K^T. Writes per
- *               chunk to the workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each,
- *               lower triangular: only the 16 x 16 blocks on and below the diagonal are kept)
- *               and f32 row factors.
- *   chunk_main  one CTA per (sequence, value head, V tile of 16 * NW columns) with (KS + 1) NW
- *               + 1 warps. KS chain warps own 16 value columns (a slab), each K / KS of the key
- *               dimension of S^T (16 x K, f32), kept in mma accumulator registers across chunks;
- *               with KS = 2 they add their partial Y^T through shared memory. The slab's output
- *               warp gets S^T and Vn^T as bf16 fragments through shared memory and computes O.
- *               Slabs never exchange data: they share the Q, K, V, Tb, Pm tiles, which one copy
- *               warp brings in with cp.async, into a three-stage ring. Per chunk and slab
- *               (M = value rows):
+ *   chunk_prep  one CTA (4 warps, mma.sync) per (chunk, group of 1 .. 4 value heads of one key
+ *               head), all chunks in parallel. Everything of a chunk that does not depend on the
+ *               state: gates and their cumsum Gam, q/k L2 norms (kept as row factors, never
+ *               rounded into q / k), K K^T and Q K^T (once per group: they depend on the key head
+ *               only), then per value head A from K K^T, T = (I + A)^-1 in 16 x 16 blocks
+ *               (diagonal blocks by forward substitution in f32, the others by 3xTF32
+ *               tensor-core products), and the masked, decayed Q K^T. Writes per chunk to the
+ *               workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each, lower
+ *               triangular: only the 16 x 16 blocks on and below the diagonal are kept) and f32
+ *               row factors.
+ *   chunk_wg    (sm90_chunk_wg.cuh) one CTA per (sequence, value head, 64 value rows): the state
+ *               chain on warpgroup MMA, S^T (64 x K, f32) in accumulators across chunks, with an
+ *               output warpgroup and a copy warpgroup beside it. Per chunk (M = value rows):
  *                 Y^T  = S^T K^T          X^T = V^T - ck * Y^T   (f32, one rounding)
  *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
  *                 S^T  = gC * S^T + (Vn^T * cu) K
- *               Accumulators feed the next product as A fragments directly (see sm90_chunk_mma.cuh).
  *
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (head groups of a key
- * head in chunk_prep; V tiles, then value heads in chunk_main), so those tiles come from L2.
+ * head in chunk_prep; V tiles, then value heads in chunk_wg), so those tiles come from L2.
  *
  * Context parallelism (few (sequence, head) pairs, fixed-length sequences; plan_cp): the serial
  * chunk chain of a pair would keep only a few SMs busy, so each sequence is split into segments
  * of whole chunks. A segment maps its entering state affinely, S_out = M S_in + N (GDN_MATH.md's
- * chunk recurrence is linear in S). Between chunk_prep and chunk_main:
- *   chunk_main<PRE>  per (segment but the last, sequence, value head): the chain alone over
- *                    V + K virtual value columns, the real ones from a zero state (the first
- *                    segment from the initial state) giving N, K more with v = 0 from the
- *                    identity giving M; its final S^T (f32) to the workspace.
- *   cp_scan          per (sequence, value head, 8 value rows): S_j+1 = M_j S_j + N_j in f32,
- *                    the state entering every segment to the workspace.
- *   chunk_main       per (segment, sequence, value head, V tile), started from that state.
+ * chunk recurrence is linear in S). Between chunk_prep and the main pass:
+ *   chunk_wg<PRE>  per (segment but the last, sequence, value head): the chain alone over V + K
+ *                  virtual value rows, the real ones from a zero state (the first segment from
+ *                  the initial state) giving N, K more with v = 0 from the identity giving M;
+ *                  its final S^T (f32) to the workspace.
+ *   cp_scan        per (sequence, value head, 8 value rows): S_j+1 = M_j S_j + N_j in f32, the
+ *                  state entering every segment to the workspace.
+ *   chunk_wg       per (segment, sequence, value head, 64 value rows), started from that state.
  * Everything stays in f32 between the passes; deterministic (no atomics, fixed orders).
  *
  * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
@@ -60,13 +54,12 @@ constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f
 constexpr int TRI_BYTES = 16 * (2 + 4 + 6 + 8) * 16;     /* its 16 x 16 blocks on and below the diagonal */
 constexpr int COEF_FLOATS = 3 * C + 4;                   /* ck, cq, cu [64] each, gC, padding */
 constexpr int WS_CHUNK = 2 * TRI_BYTES + COEF_FLOATS * 4;  /* workspace: Tb, Pm, coefficients: 11024 B */
-constexpr int WS_SMEM = 2 * TILE_BYTES + COEF_FLOATS * 4;  /* its shared-memory image, full tiles: 17168 B */
 static_assert(WS_CHUNK % 16 == 0 && (COEF_FLOATS * 4) % 16 == 0, "workspace: whole 16-byte copies");
 constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 689 */
 constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory offset of each copy */
 
-/* Tb and Pm are lower triangular, and chunk_main reads only their 16 x 16 blocks on and below the
- * diagonal, so the workspace keeps only those: row i holds its first 2 (i / 16 + 1) 16-byte chunks
+/* Tb and Pm are lower triangular: the workspace keeps only their 16 x 16 blocks on and below the
+ * diagonal (chunk_wg zeroes the others once in shared memory): row i holds its first 2 (i / 16 + 1) 16-byte chunks
  * (logical, unswizzled order), rows packed one after another. Index of chunk ch of row i. */
 __device__ __forceinline__ int tri_chunk(int i, int ch)
 {
@@ -641,23 +634,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* chunk_main                                                                                  */
-
-/* PRE (no outputs) keeps no Q tile, no O staging and no hand-off buffers, and a two-stage ring:
- * small enough for two CTAs per SM. */
-template <int K, int NW, int KS, bool PRE> struct main_smem {
-    static constexpr int KB = C * K * 2;                     /* K tile (and Q tile) bytes */
-    static constexpr int QB = PRE ? 0 : KB;
-    static constexpr int VT = NW * C * 16 * 2;               /* V tile, one 64 x 16 block per slab */
-    static constexpr int STAGE = QB + KB + VT + WS_SMEM;     /* Q, K, V, then Tb, Pm, coef */
-    static constexpr int OT = PRE ? 0 : VT;                  /* O staging */
-    static constexpr int SA = PRE ? 0 : K / 16 * 32 * 16;    /* S^T A fragments of one slab */
-    static constexpr int VA = PRE ? 0 : 4 * 32 * 16;         /* Vn^T A fragments of one slab */
-    static constexpr int YX = KS > 1 ? KS * 8 * 32 * 16 : 0; /* partial Y^T of each chain warp of a slab */
-    static constexpr int STAGES = PRE ? 2 : 3;
-    static constexpr int MAP = STAGES * STAGE + OT + NW * (SA + VA + YX); /* after O staging, hand-off */
-    static constexpr int BYTES = MAP + WS_MAP_BYTES;
-};
+/* chunk_wg (sm90_chunk_wg.cuh)                                                                */
 
 __device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
 {
@@ -665,8 +642,7 @@ __device__ __forceinline__ float load_state(const params &p, const void *base, i
                                            : static_cast<const float *>(base)[i];
 }
 
-/* Named barriers among the warps of one slab (ids 1 .. 3 NW; 0 is __syncthreads); the copy warp
- * joins each slab's S^T hand-off barrier too (see chunk_main_kernel). */
+/* Named barriers (ids 1 ..; 0 is __syncthreads). */
 __device__ __forceinline__ void bar_arrive(int id, int threads)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -676,405 +652,6 @@ __device__ __forceinline__ void bar_sync(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-/* Warps 0 .. KS NW - 1 run the state chain of slab w / KS (value columns v0 + 16 slab .. + 15),
- * KS warps per slab, each owning K / KS of the key dimension d: S^T (16 x K / KS) in registers,
- * its share of Y^T = S^T K^T (the KS partial sums meet in shared memory, added in the same order
- * by every warp so that all hold the same Y), then X, Vn (the same in every warp of the slab) and
- * the update of its S^T columns. Splitting d shortens the serial chain per chunk when there are
- * few CTAs; with many, one warp per slab (KS = 1) does the least work. Warps KS NW .. (KS + 1)
- * NW - 1 compute the output of each slab from the S^T and Vn^T fragments the chain warps hand
- * over through shared memory, so the chain never waits on Q S or on the O stores. The last warp
- * issues the copies of chunk c + 2 into a three-stage ring as soon as chunk c opens: issuing
- * them from the output warps put a few hundred instructions per chunk on their path, which
- * measurements showed to be the critical one. One __syncthreads per chunk publishes a stage. The
- * copy warp refills the stage of chunk c - 1 only after it has also passed each slab's S^T
- * hand-off barrier of chunk c, which the slab's chain warps reach after their last read of that
- * stage (the state update's K reads) and its output warp after its own: a direct barrier from the
- * readers to the refill. Ordered by the __syncthreads alone, racecheck reported the refill's
- * first K rows (issued right after the barrier) against the chain warps' K reads before it.
- * PRE (context parallelism's first pass) has no output warps and no Q: the chain warps and the
- * copy warp over a two-stage ring (chunk c + 1 loads while c is computed), two CTAs per SM. */
-template <int NW, int KS, bool PRE> constexpr int main_threads() { return ((KS + (PRE ? 0 : 1)) * NW + 1) * 32; }
-
-template <int K, int NW, int KS, bool PRE, typename T>
-__global__ void __launch_bounds__(main_threads<NW, KS, PRE>(), PRE ? 2 : 1) chunk_main_kernel(const params p)
-{
-    /* PRE has no output warps: the slab is its chain warps. */
-    constexpr int KC = K / 8, BV = 16 * NW, KH = K / KS, SLAB_THREADS = (KS + (PRE ? 0 : 1)) * 32;
-    constexpr int SA_THREADS = SLAB_THREADS + 32; /* the S^T hand-off: a slab and the copy warp */
-    constexpr int THREADS = main_threads<NW, KS, PRE>();
-    static_assert((KS == 1 || KS == 2) && KH % 16 == 0, "key split");
-    using L = main_smem<K, NW, KS, PRE>;
-    constexpr int AHEAD = L::STAGES - 1; /* chunks in flight ahead of the one computed */
-    extern __shared__ __align__(128) unsigned char smem[];
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool chain_warp = warp < KS * NW, copy_warp = warp == THREADS / 32 - 1;
-    const int slab = chain_warp ? warp / KS : (copy_warp ? 0 : warp - KS * NW), half = chain_warp ? warp % KS : 0;
-    const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
-    /* V tiles fastest, then value heads, then sequences, then segments: the CTAs that share Q /
-     * K / workspace tiles (the V tiles of a head; the heads of a key head) run side by side, and
-     * all but one read them from L2. PRE (the first pass of context parallelism) runs the chain
-     * over V + K virtual value columns: v0 >= V are the columns of M, with v = 0. */
-    const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
-    const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
-    const int64_t seg = unit / pairs;
-    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV;
-    const int64_t h = hv / p.G;
-    const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
-    const bool v_real = !PRE || v0 < p.V;
-    if (PRE && seg == 0 && !v_real)
-        return; /* the first segment starts from the known state: no M */
-    seq_info sq = sequence(p, n);
-    int64_t nchunks = (sq.len + C - 1) / C;
-    nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
-    if (p.seg_chunks > 0) {
-        /* The segment as a sequence of its own: its tokens, its workspace slots. */
-        const int64_t cbeg = min64(nchunks, seg * p.seg_chunks);
-        nchunks = min64(nchunks - cbeg, p.seg_chunks);
-        sq.bos += cbeg * C;
-        sq.len = min64(sq.len - cbeg * C, p.seg_chunks * C);
-        sq.slot0 += cbeg;
-    }
-
-    /* Chain warps: S^T rows v0 + 16 slab + {g, g + 8}, columns d = KH half + 8 nt + 2t + {0, 1}. */
-    float s[KH / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < KH / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
-            float x = 0.f;
-            if (chain_warp) {
-                if (PRE && !v_real)
-                    x = vv - p.V == d ? 1.f : 0.f;
-                else if (!PRE && p.seg_chunks > 0)
-                    x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
-                else if (p.h0 && seg == 0)
-                    x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
-            }
-            s[nt][e] = x;
-        }
-
-    const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
-    const unsigned char *wsh = p.ws + ((size_t)hv * p.slots + (size_t)sq.slot0) * WS_CHUNK;
-
-    /* Copy pattern of the copy warp, fixed across chunks: lane lt copies 16-byte chunk qk_ch of
-     * rows qk_r0 + QK_RP * it of Q and K, chunk v_ch of rows v_r0 + V_RP * it of the V tile, and
-     * copies lt + NL * it of the workspace chunk. Pointers advance by whole rows. */
-    constexpr int NL = 32;
-    static_assert(NL % KC == 0 && NL % (BV / 8) == 0, "copy pattern");
-    constexpr int QK_RP = NL / KC, V_RP = NL / (BV / 8);
-    const int lt = copy_warp ? lane : 0;
-    const int qk_ch = lt % KC, qk_r0 = lt / KC, v_ch = lt % (BV / 8), v_r0 = lt / (BV / 8);
-    const T *q_base = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (sq.bos + qk_r0) * p.q_t;
-    const T *k_base = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (sq.bos + qk_r0) * p.k_t;
-    const T *v_base = v + sq.row * p.v_b + hv * p.v_h + (v_real ? v0 : 0) + v_ch * 8 + (sq.bos + v_r0) * p.v_t;
-    const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
-    const int v_soff = (v_ch >> 1) * C * 16;
-
-    uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
-    auto load_chunk = [&](int64_t c, int stage) {
-        unsigned char *base = smem + stage * L::STAGE;
-        T *Qs = reinterpret_cast<T *>(base), *Ks = reinterpret_cast<T *>(base + L::QB), *Vs = Ks + C * K;
-        const int cl = (int)min64(C, sq.len - c * C);
-        const T *qp = q_base + c * C * p.q_t, *kp = k_base + c * C * p.k_t;
-#pragma unroll
-        for (int it = 0; it < C / QK_RP; ++it) {
-            const int r = qk_r0 + QK_RP * it;
-            const bool ok = r < cl;
-            if constexpr (!PRE) /* no outputs, no Q */
-                cp_async16(Qs + swz<KC>(r, qk_ch * 8), ok ? qp : q, ok ? 16 : 0);
-            cp_async16(Ks + swz<KC>(r, qk_ch * 8), ok ? kp : k, ok ? 16 : 0);
-            qp += q_step;
-            kp += k_step;
-        }
-        const T *vp = v_base + c * C * p.v_t;
-#pragma unroll
-        for (int it = 0; it < C / V_RP; ++it) {
-            const int r = v_r0 + V_RP * it;
-            const bool ok = r < cl && v_real; /* the columns of M: v = 0 */
-            cp_async16(Vs + v_soff + swz<2>(r, (v_ch & 1) * 8), ok ? vp : v, ok ? 16 : 0);
-            vp += v_step;
-        }
-        /* The workspace chunk is contiguous: copy u goes to ws_map[u]. No branches: a divergent
-         * branch per copy (16 per chunk and thread) cost about 1 us per chunk on an H200. */
-        const unsigned char *wsc = wsh + (size_t)c * WS_CHUNK + 16 * lt;
-        unsigned char *dst = base + L::QB + L::KB + L::VT;
-#pragma unroll 4
-        for (int u = lt; u < WS_COPIES; u += NL) {
-            cp_async16(dst + ws_map[u], wsc, 16);
-            wsc += 16 * NL;
-        }
-    };
-
-    /* Shared-memory offset (within the Tb, Pm, coef image) of each 16-byte copy of the workspace
-     * chunk, computed once: Tb and Pm rows of 2 (b + 1) chunks in block row b (tri_chunk), then
-     * the coefficients. */
-    for (int u = tid; u < WS_COPIES; u += THREADS) {
-        int off;
-        if (u < 2 * TRI_BYTES / 16) {
-            const int tile = u >= TRI_BYTES / 16, ti = u - tile * (TRI_BYTES / 16);
-            const int b = ti < 32 ? 0 : (ti < 96 ? 1 : (ti < 192 ? 2 : 3)), w = ti - 16 * b * (b + 1);
-            off = tile * TILE_BYTES + 2 * swz<8>(16 * b + w / (2 * (b + 1)), w % (2 * (b + 1)) * 8);
-        } else {
-            off = 2 * TILE_BYTES + 16 * (u - 2 * TRI_BYTES / 16);
-        }
-        ws_map[u] = (uint16_t)off;
-    }
-    __syncthreads();
-
-    if (copy_warp) {
-        static_assert(AHEAD == 1 || AHEAD == 2, "ring depth");
-        if (nchunks > 0)
-            load_chunk(0, 0);
-        cp_async_commit();
-        if constexpr (AHEAD == 2) {
-            if (nchunks > 1)
-                load_chunk(1, 1);
-            cp_async_commit();
-        }
-    }
-
-    T *Ow = reinterpret_cast<T *>(smem + L::STAGES * L::STAGE) + slab * C * 16;
-    uint4 *SAs = reinterpret_cast<uint4 *>(smem + L::STAGES * L::STAGE + L::OT + slab * (L::SA + L::VA + L::YX));
-    uint4 *VAs = SAs + K / 16 * 32;
-    float4 *Yx = reinterpret_cast<float4 *>(VAs + 4 * 32); /* [KS][8][32 lanes] */
-    const int bar_sa = 1 + slab, bar_va = 1 + NW + slab, bar_y = 1 + 2 * NW + slab;
-    T *o = static_cast<T *>(p.o);
-
-#pragma unroll 1
-    for (int64_t c = 0; c < nchunks; ++c) {
-        if (copy_warp)
-            cp_async_wait<AHEAD - 1>();
-        __syncthreads();
-
-        const unsigned char *base = smem + (c % L::STAGES) * L::STAGE;
-        const T *Qs = reinterpret_cast<const T *>(base), *Ks = reinterpret_cast<const T *>(base + L::QB);
-        const T *Vw = Ks + C * K + slab * C * 16;
-        const T *Tb = reinterpret_cast<const T *>(base + L::QB + L::KB + L::VT), *Pm = Tb + C * C;
-        const float *ck = reinterpret_cast<const float *>(Pm + C * C), *cq = ck + C, *cu = cq + C;
-
-        if (copy_warp) {
-            /* Stage (c + AHEAD) % STAGES last held chunk c - 1, which every warp finished before
-             * the __syncthreads that opened chunk c and before its arrival at the S^T hand-off
-             * barrier of its slab for chunk c (every chunk, so the counts stay matched). */
-#pragma unroll
-            for (int sl = 0; sl < NW; ++sl)
-                bar_sync(1 + sl, SA_THREADS);
-            if (c + AHEAD < nchunks)
-                load_chunk(c + AHEAD, (int)((c + AHEAD) % L::STAGES));
-            cp_async_commit();
-        } else if (chain_warp) {
-            /* S^T as A fragments (k = d), handed to the output warp. */
-            uint32_t sa[KH / 16][4];
-#pragma unroll
-            for (int j = 0; j < KH / 16; ++j) {
-                sa[j][0] = op<T>::pack(s[2 * j][0], s[2 * j][1]);
-                sa[j][1] = op<T>::pack(s[2 * j][2], s[2 * j][3]);
-                sa[j][2] = op<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]);
-                sa[j][3] = op<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3]);
-                if constexpr (!PRE)
-                    SAs[(KH / 16 * half + j) * 32 + lane] = make_uint4(sa[j][0], sa[j][1], sa[j][2], sa[j][3]);
-            }
-            bar_arrive(bar_sa, SA_THREADS);
-
-            /* Y^T = S^T K^T: M = 16 value rows, N = 64 tokens, k = this warp's KH of d. */
-            float y[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    y[i][e] = 0.f;
-#pragma unroll
-            for (int kc = 0; kc < KH / 16; ++kc)
-#pragma unroll
-                for (int nn = 0; nn < 4; ++nn) {
-                    uint32_t bk[4];
-                    ldsm_x4(bk, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, KH * half + 16 * kc + (m & 1) * 8)));
-                    op<T>::mma(y[2 * nn], sa[kc], bk[0], bk[1]);
-                    op<T>::mma(y[2 * nn + 1], sa[kc], bk[2], bk[3]);
-                }
-            if constexpr (KS == 2) {
-                /* Partial sums through shared memory; y0 + y1 in both warps (same rounding). The
-                 * partner reads this chunk's Yx before the next __syncthreads, which every write
-                 * of the next chunk follows. */
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    Yx[(8 * half + i) * 32 + lane] = make_float4(y[i][0], y[i][1], y[i][2], y[i][3]);
-                bar_sync(bar_y, 64);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    const float4 o4 = Yx[(8 * (1 - half) + i) * 32 + lane];
-                    y[i][0] += o4.x;
-                    y[i][1] += o4.y;
-                    y[i][2] += o4.z;
-                    y[i][3] += o4.w;
-                }
-            }
-
-            /* X^T = V^T - ck * Y^T in f32, rounded once into A fragments (k = tokens). */
-            uint32_t xa[4][4];
-#pragma unroll
-            for (int jt = 0; jt < 4; ++jt) {
-                uint32_t vv[4];
-                ldsm_x4_t(vv, smem_u32(Vw + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)));
-                const float2 c0 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * t);
-                const float2 c1 = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * t);
-                const float2 v00 = op<T>::unpack(vv[0]), v01 = op<T>::unpack(vv[1]);
-                const float2 v10 = op<T>::unpack(vv[2]), v11 = op<T>::unpack(vv[3]);
-                const float(&y0)[4] = y[2 * jt];
-                const float(&y1)[4] = y[2 * jt + 1];
-                xa[jt][0] = op<T>::pack(v00.x - c0.x * y0[0], v00.y - c0.y * y0[1]);
-                xa[jt][1] = op<T>::pack(v01.x - c0.x * y0[2], v01.y - c0.y * y0[3]);
-                xa[jt][2] = op<T>::pack(v10.x - c1.x * y1[0], v10.y - c1.y * y1[1]);
-                xa[jt][3] = op<T>::pack(v11.x - c1.x * y1[2], v11.y - c1.y * y1[3]);
-            }
-
-            /* Vn^T = X^T Tb^T; Tb is lower triangular, so slices right of the diagonal are skipped. */
-            float vn[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    vn[i][e] = 0.f;
-#pragma unroll
-            for (int nn = 0; nn < 4; ++nn)
-#pragma unroll
-                for (int kc = 0; kc <= nn; ++kc) {
-                    uint32_t b[4];
-                    ldsm_x4(b, smem_u32(Tb + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                    op<T>::mma(vn[2 * nn], xa[kc], b[0], b[1]);
-                    op<T>::mma(vn[2 * nn + 1], xa[kc], b[2], b[3]);
-                }
-            if (!PRE && half == 0) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    VAs[j * 32 + lane] = make_uint4(op<T>::pack(vn[2 * j][0], vn[2 * j][1]), op<T>::pack(vn[2 * j][2], vn[2 * j][3]),
-                                                    op<T>::pack(vn[2 * j + 1][0], vn[2 * j + 1][1]),
-                                                    op<T>::pack(vn[2 * j + 1][2], vn[2 * j + 1][3]));
-            }
-            if constexpr (!PRE)
-                bar_arrive(bar_va, SLAB_THREADS);
-
-            /* S^T = gC * S^T + (Vn^T * cu) K: M = 16, N = K, k = 64 tokens. */
-            const float gc = cu[C];
-            uint32_t ua[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 u0 = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * t);
-                const float2 u1 = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * t);
-                ua[j][0] = op<T>::pack(vn[2 * j][0] * u0.x, vn[2 * j][1] * u0.y);
-                ua[j][1] = op<T>::pack(vn[2 * j][2] * u0.x, vn[2 * j][3] * u0.y);
-                ua[j][2] = op<T>::pack(vn[2 * j + 1][0] * u1.x, vn[2 * j + 1][1] * u1.y);
-                ua[j][3] = op<T>::pack(vn[2 * j + 1][2] * u1.x, vn[2 * j + 1][3] * u1.y);
-            }
-#pragma unroll
-            for (int nt = 0; nt < KH / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    s[nt][e] *= gc;
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int nd = 0; nd < KH / 16; ++nd) {
-                    uint32_t b[4];
-                    ldsm_x4_t(b, smem_u32(Ks + swz<KC>(16 * kc + (m & 1) * 8 + r8, KH * half + 16 * nd + (m >> 1) * 8)));
-                    op<T>::mma(s[2 * nd], ua[kc], b[0], b[1]);
-                    op<T>::mma(s[2 * nd + 1], ua[kc], b[2], b[3]);
-                }
-        } else if (!PRE) {
-            /* O^T = cq * (S^T Q^T) + Vn^T Pm^T (Pm lower triangular). */
-            float oa[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    oa[i][e] = 0.f;
-            bar_sync(bar_sa, SA_THREADS);
-#pragma unroll
-            for (int kc = 0; kc < K / 16; ++kc) {
-                const uint4 f = SAs[kc * 32 + lane];
-                const uint32_t a[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-                for (int nn = 0; nn < 4; ++nn) {
-                    uint32_t bq[4];
-                    ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                    op<T>::mma(oa[2 * nn], a, bq[0], bq[1]);
-                    op<T>::mma(oa[2 * nn + 1], a, bq[2], bq[3]);
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                const float2 cf = *reinterpret_cast<const float2 *>(cq + 8 * nt + 2 * t);
-                oa[nt][0] *= cf.x;
-                oa[nt][1] *= cf.y;
-                oa[nt][2] *= cf.x;
-                oa[nt][3] *= cf.y;
-            }
-            bar_sync(bar_va, SLAB_THREADS);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) {
-                const uint4 f = VAs[kc * 32 + lane];
-                const uint32_t a[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-                for (int nn = kc; nn < 4; ++nn) {
-                    uint32_t b[4];
-                    ldsm_x4(b, smem_u32(Pm + swz<8>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-                    op<T>::mma(oa[2 * nn], a, b[0], b[1]);
-                    op<T>::mma(oa[2 * nn + 1], a, b[2], b[3]);
-                }
-            }
-
-            /* O: transpose through the slab's staging tile, then 16-byte stores of valid rows. */
-#pragma unroll
-            for (int jt = 0; jt < 4; ++jt) {
-                const uint32_t ov[4] = {op<T>::pack(oa[2 * jt][0], oa[2 * jt][1]), op<T>::pack(oa[2 * jt][2], oa[2 * jt][3]),
-                                        op<T>::pack(oa[2 * jt + 1][0], oa[2 * jt + 1][1]),
-                                        op<T>::pack(oa[2 * jt + 1][2], oa[2 * jt + 1][3])};
-                stsm_x4_t(smem_u32(Ow + swz<2>(16 * jt + (m >> 1) * 8 + r8, (m & 1) * 8)), ov);
-            }
-            __syncwarp();
-            const int64_t t0 = sq.bos + c * C;
-            const int cl = (int)min64(C, sq.len - c * C);
-            T *op_ = o + sq.row * p.o_b + t0 * p.o_t + hv * p.o_h + v0 + 16 * slab;
-#pragma unroll
-            for (int i = lane; i < 2 * C; i += 32) {
-                const int r = i >> 1, sub = i & 1;
-                if (r < cl)
-                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t + 8 * sub) = *reinterpret_cast<const uint4 *>(Ow + swz<2>(r, 8 * sub));
-            }
-        }
-    }
-    cp_async_wait<0>();
-
-    if (PRE && chain_warp) {
-        /* S^T rows v0 + 16 slab + {g, g + 8}: two adjacent d per register pair. */
-        const unsigned u = blockIdx.x / ntiles; /* recomputed: nothing held across the chunk loop */
-        const int64_t pcs = (int64_t)(u % pairs) * p.nseg + u / pairs;
-#pragma unroll
-        for (int nt = 0; nt < KH / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t;
-                *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[nt][e], s[nt][e + 1]);
-            }
-    } else if (p.ht && chain_warp && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
-#pragma unroll
-        for (int nt = 0; nt < KH / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t vv = v0 + 16 * slab + g + 8 * (e >> 1), d = KH * half + 8 * nt + 2 * t + (e & 1);
-                const int64_t i = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
-                if (p.state_dtype == GDN_DTYPE_BF16)
-                    static_cast<__nv_bfloat16 *>(p.ht)[i] = __float2bfloat16_rn(s[nt][e]);
-                else
-                    static_cast<float *>(p.ht)[i] = s[nt][e];
-            }
-    }
-}
-
-/* chunk_wg: the same main pass on warpgroup MMA, 64 value rows per CTA (V a multiple of 64). */
 #include "sm90_chunk_wg.cuh"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1180,7 +757,7 @@ static int sm_count(const gdn_problem *p)
  * of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles segments give
  * one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
  * host); varlen takes the plain path. */
-constexpr int CP_TILE_NW = 4, CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
+constexpr int CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
 
 struct cp_plan {
     int64_t nseg, seg_chunks; /* seg_chunks = 0: off */
@@ -1192,10 +769,10 @@ static cp_plan plan_cp(const gdn_problem *p)
 #ifdef GDN_CHUNK_DEV_NO_CP
     return cp;
 #endif
-    if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % (16 * CP_TILE_NW) != 0 ||
-        p->K % (16 * CP_TILE_NW) != 0 || p->V % SCAN_ROWS != 0)
+    if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % 64 != 0 || p->K % 64 != 0 ||
+        p->V % SCAN_ROWS != 0)
         return cp;
-    const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / (16 * CP_TILE_NW));
+    const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / 64);
     int64_t nseg = min64(sm_count(p) / tiles, cps / CP_MIN_SEG_CHUNKS);
     if (nseg < CP_MIN_SEGS)
         return cp;
@@ -1264,40 +841,6 @@ static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStrea
     return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, PB, stream, prm, "chunk_prep launch");
 }
 
-/* chunk_main over nseg segments (1 without CP) of every (sequence, value head), with PRE the
- * chain alone over V + K virtual columns. */
-template <typename T, int K, int NW, int KS, bool PRE>
-static gdn_status launch_main(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
-{
-    gdn_status st;
-    auto mainf = chunk_main_kernel<K, NW, KS, PRE, T>;
-    constexpr int MB = main_smem<K, NW, KS, PRE>::BYTES;
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(mainf, cudaFuncAttributeMaxDynamicSharedMemorySize, MB),
-                             "chunk_main smem")) != GDN_OK)
-        return st;
-    const int64_t cols = PRE ? p->V + K : p->V;
-    return launch_kernel(mainf, nseg * p->N * p->HV * (cols / (16 * NW)), main_threads<NW, KS, PRE>(), MB, stream,
-                         prm, "chunk_main launch");
-}
-
-template <typename T, int K, int NW, int KS>
-static gdn_status launch(const params &prm, const gdn_problem *p, cudaStream_t stream)
-{
-    gdn_status st = launch_prep<T, K>(prm, p, stream);
-    return st != GDN_OK ? st : launch_main<T, K, NW, KS, false>(prm, p, 1, stream);
-}
-
-/* chunk_wg takes the main pass wherever its 64-row tiles fit. GDN_CHUNK_DEV_NO_WG keeps
- * chunk_main there (dev builds: comparisons). */
-static bool wg_fits(const gdn_problem *p)
-{
-#ifdef GDN_CHUNK_DEV_NO_WG
-    return false;
-#else
-    return p->V % 64 == 0;
-#endif
-}
-
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
 template <typename T, int K, bool PRE>
 static gdn_status launch_wg(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
@@ -1321,9 +864,7 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     gdn_status st = launch_prep<T, K>(prm, p, stream);
     if (st != GDN_OK)
         return st;
-    st = wg_fits(p) ? launch_wg<T, K, true>(prm, p, prm.nseg - 1, stream)
-                    : launch_main<T, K, CP_TILE_NW, 1, true>(prm, p, prm.nseg - 1, stream);
-    if (st != GDN_OK)
+    if ((st = launch_wg<T, K, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
         return st;
     auto scan = cp_scan_kernel<K>;
     constexpr int SB = scan_smem_bytes<K>();
@@ -1333,36 +874,17 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     if ((st = launch_kernel(scan, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(), SB, stream, prm,
                             "cp_scan launch")) != GDN_OK)
         return st;
-    return wg_fits(p) ? launch_wg<T, K, false>(prm, p, prm.nseg, stream)
-                      : launch_main<T, K, CP_TILE_NW, 1, false>(prm, p, prm.nseg, stream);
+    return launch_wg<T, K, false>(prm, p, prm.nseg, stream);
 }
 
+/* chunk_prep, then the main pass; or context parallelism's four passes. */
 template <typename T, int K>
-static gdn_status launch_nw(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_all(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    /* Wide tiles (64 value columns, one chain warp per slab) share the Q / K / Tb / Pm loads
-     * best; with fewer (sequence, head) pairs, narrower tiles spread the serial chunk chain over
-     * more SMs: two slabs per CTA in the middle range (on an H100 at 32 pairs, <2, 1> measured
-     * 0.2-1.9 % faster than <2, 2> and 16-18 % faster than <4, 1>), down to one slab per CTA
-     * with two chain warps (key split) when that still fits one wave. GDN_CHUNK_DEV_NW / _KS
-     * force a tile in dev builds (bench comparisons). */
     if (prm.seg_chunks > 0)
         return launch_cp<T, K>(prm, p, stream);
-    if (wg_fits(p)) {
-        const gdn_status st = launch_prep<T, K>(prm, p, stream);
-        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
-    }
-#if defined(GDN_CHUNK_DEV_NW) && defined(GDN_CHUNK_DEV_KS)
-    if (p->V % (16 * GDN_CHUNK_DEV_NW) == 0)
-        return launch<T, K, GDN_CHUNK_DEV_NW, GDN_CHUNK_DEV_KS>(prm, p, stream);
-#endif
-    const int sms = sm_count(p);
-    const int64_t pairs = p->N * p->HV;
-    if (p->V % 64 == 0 && pairs * (p->V / 64) >= sms / 2)
-        return launch<T, K, 4, 1>(prm, p, stream);
-    if (pairs * (p->V / 16) <= sms)
-        return launch<T, K, 1, 2>(prm, p, stream);
-    return launch<T, K, 2, 1>(prm, p, stream);
+    const gdn_status st = launch_prep<T, K>(prm, p, stream);
+    return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
 }
 
 } /* namespace gdn_chunk */
@@ -1398,8 +920,8 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: the CUDA chunk path takes bf16 or f16 inputs");
     if (p->K != 64 && p->K != 128)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA chunk path: 64 or 128)", (long long)p->K);
-    if (p->V % 32 != 0)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld must be a multiple of 32", (long long)p->V);
+    if (p->V % 64 != 0)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld must be a multiple of 64", (long long)p->V);
     const gdn_view *tv[4] = {&p->q, &p->k, &p->v, &p->o};
     const char *names[4] = {"q", "k", "v", "o"};
     for (int i = 0; i < 4; ++i)
@@ -1414,8 +936,9 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_WORKSPACE, "workspace: at least %zu bytes needed, 16-byte aligned", need);
     if (p->N == 0 || p->HV == 0)
         return GDN_OK;
-    /* One-dimensional grids (at most V / 32 CTAs per sequence and head in chunk_main). */
-    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 32) > INT32_MAX)
+    /* One-dimensional grids (V / 64 CTAs per sequence and head in chunk_wg; CP: at most an SM's
+     * worth of segments, each (V + K) / 64). */
+    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 64) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA chunk path's grid",
                              (long long)p->T, (long long)p->HV);
 
@@ -1475,8 +998,8 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const bool bf16 = p->q.dtype == GDN_DTYPE_BF16;
     switch (p->K) {
-    case 64: return bf16 ? launch_nw<__nv_bfloat16, 64>(prm, p, stream) : launch_nw<__half, 64>(prm, p, stream);
-    case 128: return bf16 ? launch_nw<__nv_bfloat16, 128>(prm, p, stream) : launch_nw<__half, 128>(prm, p, stream);
+    case 64: return bf16 ? launch_all<__nv_bfloat16, 64>(prm, p, stream) : launch_all<__half, 64>(prm, p, stream);
+    case 128: return bf16 ? launch_all<__nv_bfloat16, 128>(prm, p, stream) : launch_all<__half, 128>(prm, p, stream);
     default: return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld", (long long)p->K);
     }
 }

@@ -1,9 +1,9 @@
 /*
  * sm90_chunk_wg.cuh - chunk_wg, the state chain of the chunked forward on warpgroup MMA (wgmma),
  * included by sm90_chunk_fwd.cu inside its namespace (it reads that file's params, workspace
- * format and helpers). Same
- * arithmetic as chunk_main (one bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32
- * accumulation and f32 state), on 64 value rows at a time instead of 16.
+ * format and helpers). One bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32 accumulation
+ * and f32 state. It replaced an mma.sync kernel of 16-column slabs (chunk_main, in git history up to
+ * 5ae04bc), which it beat by 1.2-1.45x (bench/results/prefill-2026-11-22-h100-wg.txt).
  *
  * One CTA per (segment, sequence, value head, 64 value rows v0 .. v0 + 63), three warpgroups:
  *   warps 0-3 (chain warpgroup)  S^T (64 x K, f32) in wgmma accumulators across chunks. Per chunk:
@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     if (!v_real)
         for (int u = tid; u < STAGES * L::B / 16; u += THREADS)
             *reinterpret_cast<uint4 *>(smem + u / (L::B / 16) * L::STAGE + L::V + 16 * (u % (L::B / 16))) = make_uint4(0, 0, 0, 0);
-    /* Shared-memory offset (from Tb) of each 16-byte copy of the workspace chunk, as in chunk_main. */
+    /* Shared-memory offset (from Tb) of each 16-byte copy of the workspace chunk: Tb and Pm rows of
+     * 2 (b + 1) chunks in block row b (tri_chunk), then the coefficients. */
     uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
     for (int u = tid; u < WS_COPIES; u += THREADS) {
         int off;
