@@ -7,7 +7,9 @@
 #            tests take the grouped path (G = 2, 3, 4, 9 in test_cuda_chunk)
 # Runs test_cuda_chunk (all) on main and h4; prep_gva_digest (fixed inputs, digests of o and the
 # final state) on main, nogroup and h4, which must agree bit for bit; memcheck on main and h4,
-# racecheck on main and h4; bench_prefill of main and nogroup; with FLA=1, FLA beside main
+# racecheck on main and h4; bench_prefill of main and nogroup; with FLA=1, FLA beside main.
+# BASE=DIR (a copy of another revision's tree, e.g. `git archive REV | tar x -C .stage/base`, carried)
+# adds a build "base" of that tree to the benchmark table, for an A/B in the same run
 # (bench/fla_prefill.py with accuracy; carry .peers/fla and build-prefill/dev/triton_autotune.tgz).
 # Logs in $OUT; table last.
 #   run(command="FLA=1 bash dev/prefill/check-wg-gva.sh 2>&1 | tail -n 60",
@@ -43,17 +45,19 @@ flags() {
     esac
 }
 build() {
-    local d=/tmp/v_$1 tg="gdn_static gdn_test_util"
+    local d=/tmp/v_$1 tg="gdn_static gdn_test_util" src=$R
+    [ "$1" = base ] && src=$R/$BASE
     case $1 in main) tg="$tg gdn test_cuda_chunk" ;; h4) tg="$tg test_cuda_chunk" ;; esac
-    cmake -S $R -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$(flags "$1")" >"$d.log" 2>&1 &&
+    cmake -S $src -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$(flags "$1")" >"$d.log" 2>&1 &&
         cmake --build $d -j5 --target $tg >>"$d.log" 2>&1 &&
-        nvcc -O3 -std=c++17 $ARCH -I$R/include $R/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$d.log" 2>&1 &&
+        nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$d.log" 2>&1 &&
         gcc -std=c11 -O2 -I$R/include -I$R/tests -I$CUDA_HOME/include $R/dev/prefill/prep_gva_digest.c \
             $d/tests/libgdn_test_util.a $d/libgdn_static.a -L$CUDA_HOME/lib64 -lcudart -lstdc++ -lm -lpthread \
             -o $d/prep_gva_digest >>"$d.log" 2>&1
 }
-for v in main nogroup h4; do build $v & eval "pid_$v=$!"; done
-for v in main nogroup h4; do eval "wait \$pid_$v"; eval "log \"build $v rc=\$?\""; done
+VARIANTS="main nogroup h4${BASE:+ base}"
+for v in $VARIANTS; do build $v & eval "pid_$v=$!"; done
+for v in $VARIANTS; do eval "wait \$pid_$v"; eval "log \"build $v rc=\$?\""; done
 [ -x /tmp/v_main/tests/test_cuda_chunk ] || { tail -n 30 /tmp/v_main.log; exit 1; }
 
 for v in main h4; do
@@ -61,10 +65,10 @@ for v in main h4; do
     log "test_cuda_chunk $v rc=$? $(tail -n 1 "$LOGS/test_$v.log")"
     grep "^FAIL" "$LOGS/test_$v.log"
 done
-for v in main nogroup h4; do
+for v in $VARIANTS; do
     [ -x /tmp/v_$v/prep_gva_digest ] && timeout 60 /tmp/v_$v/prep_gva_digest >"$LOGS/digest_$v.txt" 2>&1
 done
-for v in nogroup h4; do
+for v in nogroup h4 ${BASE:+base}; do
     if [ -s "$LOGS/digest_main.txt" ] && cmp -s "$LOGS/digest_main.txt" "$LOGS/digest_$v.txt"; then
         log "digest $v = main: bitwise identical ($(wc -l <"$LOGS/digest_main.txt") cases)"
     else
@@ -80,7 +84,7 @@ for v in main h4; do
         >"$LOGS/racecheck_$v.log" 2>&1
     log "racecheck $v rc=$? $(grep 'RACECHECK SUMMARY' "$LOGS/racecheck_$v.log" | tail -n 1)"
 done
-for v in main nogroup; do
+for v in main nogroup base; do
     [ -x /tmp/v_$v/bench_prefill ] && timeout 90 /tmp/v_$v/bench_prefill "$OUT/b_$v.txt" >"$LOGS/bench_$v.log" 2>&1
 done
 log "bench done"
@@ -105,12 +109,12 @@ def rd(v):
     except OSError:
         pass
     return d
-m, g = rd("main"), rd("nogroup")
-print(f"{'shape':26} {'nogroup':>8} {'main':>18} {'main/nogroup':>12}")
+m, g, b = rd("main"), rd("nogroup"), rd("base")
+print(f"{'shape':26} {'base':>8} {'nogroup':>8} {'main':>18} {'main/nogroup':>12} {'main/base':>9}")
 for k in m:
     f = lambda d: f"{d[k][0]:8.4f}" if k in d else "       -"
     r = lambda d: f"{m[k][0] / d[k][0]:.3f}" if k in d else "-"
-    print(f"{k:26} {f(g)} {m[k][0]:8.4f} ({m[k][1]:7.4f}) {r(g):>12}")
+    print(f"{k:26} {f(b)} {f(g)} {m[k][0]:8.4f} ({m[k][1]:7.4f}) {r(g):>12} {r(b):>9}")
 PY
 [ -f "$OUT/fla_table.txt" ] && sed -n '/^case/,$p' "$OUT/fla_table.txt"
 exit 0

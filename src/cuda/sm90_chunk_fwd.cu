@@ -267,19 +267,29 @@ __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i
 /* The masks of one head from the K K^T / Q K^T fragments in registers, warp w's rows 16 w + g and
  * + 8, column blocks 0 .. w: Pm (to the workspace, pm_out) and, WITH_A, the rows of A (to As).
  * Gam is scaled to log2 so each decay is one ex2. gh / bh: the head's Gam and beta. */
+constexpr float LOG2E = 1.4426950408889634f;
+
+/* This thread's two rows 16 warp + g + {0, 8}: the log decay in log2 units and, WITH_B, the
+ * row factor beta * k-norm of A. */
+template <bool WITH_B>
+__device__ __forceinline__ void row_factors(const float *gh, const float *bh, const float *rk, int warp, int g,
+                                            float (&gr)[2], float (&br)[2])
+{
+#pragma unroll
+    for (int hrow = 0; hrow < 2; ++hrow) {
+        const int i = 16 * warp + g + 8 * hrow;
+        gr[hrow] = gh[i] * LOG2E;
+        br[hrow] = WITH_B ? bh[i] * rk[i] : 0.f;
+    }
+}
+
 template <bool WITH_A, int LD, typename T>
 __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (&qk)[8][4], const float *gh,
                                           const float *bh, const float *rk, const float (&rqr)[2], float *As,
                                           uint32_t *pm_out, int pm_row8, int warp, int g, int t)
 {
-    constexpr float LOG2E = 1.4426950408889634f;
     float gr[2], br[2];
-#pragma unroll
-    for (int hrow = 0; hrow < 2; ++hrow) {
-        const int i = 16 * warp + g + 8 * hrow;
-        gr[hrow] = gh[i] * LOG2E;
-        br[hrow] = WITH_A ? bh[i] * rk[i] : 0.f;
-    }
+    row_factors<WITH_A>(gh, bh, rk, warp, g, gr, br);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
         if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
@@ -527,14 +537,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         unsigned char *wsc = ws_head(p, hv0 + hh, slot);
         if (hh > 0) {
             __syncthreads(); /* the previous head's Tb reads of T are done */
-            constexpr float LOG2E = 1.4426950408889634f;
             float gr[2], br[2];
-#pragma unroll
-            for (int hrow = 0; hrow < 2; ++hrow) {
-                const int i = 16 * warp + g + 8 * hrow;
-                gr[hrow] = gh[i] * LOG2E;
-                br[hrow] = bh[i] * rk[i];
-            }
+            row_factors<true>(gh, bh, rk, warp, g, gr, br);
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
                 if (nt >= 2 * (warp + 1))

@@ -65,7 +65,10 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     const uint32_t sb = smem_u32(smem);
     const uint64_t dk = desc_kmajor(sb), dm = desc_mnmajor(sb); /* descriptors of the smem base */
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* The warp index through a shuffle: the compiler then knows the role branches are warp-uniform
+     * and keeps wgmma unserialized in them (without it, ptxas reported C7518 serialization in PRE,
+     * whose chain has no setmaxnreg to show convergence). */
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const bool chain = warp < 4;
     const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
     const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
      * warpgroup still finishes chunk c; the hand-off tiles are single, so the output warpgroup
      * gives each back (named barriers 4, 5) before the chain overwrites it. */
     const int c_end = (int)nchunks;
-    if (tid >= THREADS - COPY) {
+    if (warp >= (THREADS - COPY) / 32) {
         if constexpr (!PRE)
             regs_dec<96>();
 #pragma unroll
@@ -228,29 +231,28 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
              * the output warpgroup, fragment loads, the decay of S^T) runs while it computes. A
              * register that an issued wgmma reads or writes is touched only after its wait. */
 
-            /* Y^T = S^T K^T (M = 64 value rows, N = 64 tokens, k = d), S^T as A fragments, box by
-             * box; each box also goes to the hand-off tile before its products are issued. */
+            /* Y^T = S^T K^T (M = 64 value rows, N = 64 tokens, k = d), S^T as A fragments, also
+             * into the hand-off tile. All fragments first, then the products: packing box 1
+             * between box 0's products measured no faster, and in PRE it made ptxas inject a
+             * wgmma wait (C7517). */
             uint32_t sa[K / 16][4];
             float y[32];
             if (!PRE && c > 0)
                 bar_sync(BAR_SFREE, 256); /* the output warpgroup's S^T Q^T of chunk c - 1 is done */
 #pragma unroll
-            for (int b = 0; b < KB; ++b) {
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-                    const int j = 4 * b + jj, e = 8 * jj;
-                    sa[j][0] = op<T>::pack(s[b][e + 0], s[b][e + 1]);
-                    sa[j][1] = op<T>::pack(s[b][e + 2], s[b][e + 3]);
-                    sa[j][2] = op<T>::pack(s[b][e + 4], s[b][e + 5]);
-                    sa[j][3] = op<T>::pack(s[b][e + 6], s[b][e + 7]);
-                    if constexpr (!PRE)
-                        stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * jj + (mi >> 1) * 8), sa[j]);
-                }
-                fence();
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj)
-                    mma_rs<T, 0>(y, sa[4 * b + jj], desc_add(dks, L::KT + kmajor_step(4 * b + jj)), b + jj > 0);
+            for (int j = 0; j < K / 16; ++j) {
+                const int b = j >> 2, e = 8 * (j & 3);
+                sa[j][0] = op<T>::pack(s[b][e + 0], s[b][e + 1]);
+                sa[j][1] = op<T>::pack(s[b][e + 2], s[b][e + 3]);
+                sa[j][2] = op<T>::pack(s[b][e + 4], s[b][e + 5]);
+                sa[j][3] = op<T>::pack(s[b][e + 6], s[b][e + 7]);
+                if constexpr (!PRE)
+                    stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * (j & 3) + (mi >> 1) * 8), sa[j]);
             }
+            fence();
+#pragma unroll
+            for (int j = 0; j < K / 16; ++j)
+                mma_rs<T, 0>(y, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
             commit();
             if constexpr (!PRE) {
                 fence_proxy_async();
