@@ -18,7 +18,8 @@
  *                                chunk c + 2 with cp.async into a three-stage ring, rows past
  *                                the sequence end zero-filled. One warp alone could not issue the
  *                                ~3250 copies of a chunk in time (ncu on an H100: the other
- *                                warps waited for it at the chunk barrier 58 % of the time).
+ *                                warps waited for it at the then per-chunk barrier 58 % of the
+ *                                time).
  *                                Not TMA: its boxes would read the next sequence's rows past a
  *                                varlen sequence's end instead of zeros.
  * Every tile is a 128-byte-swizzled box (sm90_wgmma.cuh), so wgmma reads them through
