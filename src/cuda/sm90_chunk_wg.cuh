@@ -53,6 +53,16 @@ template <int K, bool PRE> struct wg_smem {
     static_assert(PM == TB + TILE_BYTES && COEF == TB + 2 * TILE_BYTES, "workspace image: Tb, Pm, coefficients");
 };
 
+/* The 8 accumulators of columns [16 j, 16 j + 16), pairwise rounded to T: the A fragment of
+ * k-slice j of the next product, and the register order of stmatrix.x4. */
+template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)[32], int j, uint32_t (&a)[4])
+{
+    a[0] = op<T>::pack(d[8 * j + 0], d[8 * j + 1]);
+    a[1] = op<T>::pack(d[8 * j + 2], d[8 * j + 3]);
+    a[2] = op<T>::pack(d[8 * j + 4], d[8 * j + 5]);
+    a[3] = op<T>::pack(d[8 * j + 6], d[8 * j + 7]);
+}
+
 template <int K, typename T, bool PRE>
 __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const params p)
 {
@@ -242,11 +252,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 bar_sync(BAR_SFREE, 256); /* the output warpgroup's S^T Q^T of chunk c - 1 is done */
 #pragma unroll
             for (int j = 0; j < K / 16; ++j) {
-                const int b = j >> 2, e = 8 * (j & 3);
-                sa[j][0] = op<T>::pack(s[b][e + 0], s[b][e + 1]);
-                sa[j][1] = op<T>::pack(s[b][e + 2], s[b][e + 3]);
-                sa[j][2] = op<T>::pack(s[b][e + 4], s[b][e + 5]);
-                sa[j][3] = op<T>::pack(s[b][e + 6], s[b][e + 7]);
+                const int b = j >> 2;
+                pack_frag<T>(s[b], j & 3, sa[j]);
                 if constexpr (!PRE)
                     stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * (j & 3) + (mi >> 1) * 8), sa[j]);
             }
@@ -332,8 +339,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                     bar_sync(BAR_VFREE, 256); /* its Vn^T Pm^T of chunk c - 1 is done */
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const uint32_t va[4] = {op<T>::pack(vn[8 * j + 0], vn[8 * j + 1]), op<T>::pack(vn[8 * j + 2], vn[8 * j + 3]),
-                                            op<T>::pack(vn[8 * j + 4], vn[8 * j + 5]), op<T>::pack(vn[8 * j + 6], vn[8 * j + 7])};
+                    uint32_t va[4];
+                    pack_frag<T>(vn, j, va);
                     stsm_x4(sb + L::VNBUF + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * j + (mi >> 1) * 8), va);
                 }
                 fence_proxy_async();
@@ -425,8 +432,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
              * last barrier 3, so after it finished reading that tile two chunks ago. */
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
-                const uint32_t ov[4] = {op<T>::pack(oa[8 * jt + 0], oa[8 * jt + 1]), op<T>::pack(oa[8 * jt + 2], oa[8 * jt + 3]),
-                                        op<T>::pack(oa[8 * jt + 4], oa[8 * jt + 5]), op<T>::pack(oa[8 * jt + 6], oa[8 * jt + 7])};
+                uint32_t ov[4];
+                pack_frag<T>(oa, jt, ov);
                 stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
             }
             bar_sync(BAR_O, 128);
