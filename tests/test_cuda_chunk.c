@@ -504,7 +504,8 @@ static int test_head_dims_mixed(void)
     return rc;
 }
 
-/* The call captured in a CUDA graph: varlen with cu_seqlens on the device, and the CP path. */
+/* The call captured in a CUDA graph: varlen with cu_seqlens on the device, the CP path, and few
+ * (sequence, head) pairs without CP (chunk_prep and the main pass in one cooperative grid). */
 static int test_graph_capture(void)
 {
     tu_case_config c = base(0, 2, 4, 128, 560);
@@ -513,6 +514,8 @@ static int test_graph_capture(void)
     memcpy(c.seqlens, lens, sizeof lens);
     int rc = run_case("graph varlen", c, (opts){.check_determinism = 1, .tol = 1e-2, .graph = 1});
     rc = combine(rc, run_case("graph cp", cp_case(1990, 1, 1, 64, 561),
+                              (opts){.check_determinism = 1, .tol = 1e-2, .graph = 1}));
+    rc = combine(rc, run_case("graph few pairs", base(700, 2, 4, 128, 562),
                               (opts){.check_determinism = 1, .tol = 1e-2, .graph = 1}));
     return rc;
 }

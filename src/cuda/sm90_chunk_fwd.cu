@@ -72,6 +72,8 @@ struct params {
     int64_t cps;               /* chunks per sequence without cu_seqlens */
     int64_t slots;             /* workspace chunk slots per value head */
     int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
+    int *ready;                /* [HV][slots] chunk records written, or NULL (launch_coop) */
+    int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;
@@ -333,15 +335,34 @@ constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
 constexpr int PREP_CTAS = 5;
 #endif
 
+/* Named barriers (ids 1 ..; 0 is __syncthreads). */
+__device__ __forceinline__ void bar_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* chunk_prep's barrier: the CTA's (bar 0), or named barrier bar of 128 threads when four warps of
+ * a larger CTA run it as a unit (chunk_wg's prep role). */
+__device__ __forceinline__ void unit_sync(int bar)
+{
+    if (bar == 0)
+        __syncthreads();
+    else
+        bar_sync(bar, 128);
+}
+
 /* GROUPED = false: one head per CTA, nh = 1 at compile time (no head loops). The grouped kernel
  * run with nh = 1 measured 2-5 % slower end to end than the one-head kernel before it at the
  * shapes without GVA (H100, dev/prefill/README.md). */
 template <int K, typename T, bool GROUPED>
-__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
+__device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int tid, unsigned char *smem, int bar)
 {
     constexpr int KC = K / 8;
     constexpr int LD = prep_smem<K>::LD;
-    extern __shared__ __align__(128) unsigned char smem[];
     using L = prep_smem<K>;
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * K;
@@ -353,13 +374,13 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
     float *rk = graw + PREP_MAX_HEADS * C;
     float *rq = rk + C;
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int lane = tid & 31, warp = tid >> 5;
     /* Groups of nh value heads of one key head (nh divides G), groups fastest: the groups that
      * share a key head read the same Q / K rows together, so all but the first find them in L2. */
     const int nh = GROUPED ? (int)p.prep_heads : 1;
     const unsigned groups = (unsigned)(p.HV / nh);
-    const int64_t slot = blockIdx.x / groups;
-    const int hv0 = (int)(blockIdx.x % groups) * nh;
+    const int64_t slot = item / groups;
+    const int hv0 = (int)(item % groups) * nh;
 
     int64_t n, c;
     if (!p.cu) {
@@ -379,8 +400,14 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         c = slot - (clamp_t(p, p.cu[n]) / C + n);
     }
     const seq_info sq = sequence(p, n);
-    if (c < 0 || c * C >= sq.len)
+    if (c < 0 || c * C >= sq.len) {
+        /* No chunk here (padding, or a cu_seqlens that decreases). With launch_coop a main-pass
+         * CTA may still wait on this slot when cu_seqlens is malformed: release it, records
+         * untouched, so that such input gives wrong output as on the two-kernel path, never a hang. */
+        if (p.ready && tid < nh)
+            asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * p.slots + slot), "r"(1) : "memory");
         return;
+    }
     const int cl = (int)min64(C, sq.len - c * C);
     const int64_t t0 = sq.bos + c * C;
     const int64_t h = hv0 / p.G;
@@ -428,7 +455,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         bet[idx] = bv;
     }
     cp_async_wait<0>();
-    __syncthreads();
+    unit_sync(bar);
 
     /* Row factors of the L2 norm: two threads per row. */
     {
@@ -469,7 +496,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         gam[warp * C + 2 * lane] = ex + g0;
         gam[warp * C + 2 * lane + 1] = s;
     }
-    __syncthreads();
+    unit_sync(bar);
 
     /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15, only the column blocks on and below
      * the diagonal (nothing above it is read: A is strictly lower triangular, Pm lower). */
@@ -505,7 +532,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
 #pragma unroll
     for (int hrow = 0; hrow < 2; ++hrow)
         rqr[hrow] = p.scale * rq[16 * warp + g + 8 * hrow];
-    __syncthreads(); /* Q and K consumed: A and T (and the parked K K^T) take their place */
+    unit_sync(bar); /* Q and K consumed: A and T (and the parked K K^T) take their place */
     if (nh > 1) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -536,7 +563,7 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
         const float *gh = gam + hh * C, *bh = bet + hh * C;
         unsigned char *wsc = ws_head(p, hv0 + hh, slot);
         if (hh > 0) {
-            __syncthreads(); /* the previous head's Tb reads of T are done */
+            unit_sync(bar); /* the previous head's Tb reads of T are done */
             float gr[2], br[2];
             row_factors<true>(gh, bh, rk, warp, g, gr, br);
 #pragma unroll
@@ -594,16 +621,16 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
             for (int ii = 0; ii < 16; ++ii)
                 Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
         }
-        __syncthreads();
+        unit_sync(bar);
         /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
         for (int task = warp; task < 6; task += 4)
             inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
-        __syncthreads();
+        unit_sync(bar);
         if (warp < 2)
             inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
         else
             inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
-        __syncthreads();
+        unit_sync(bar);
 
         /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
          * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads
@@ -635,6 +662,20 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params
                 coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
         }
     }
+    if (p.ready) {
+        /* chunk_wg runs beside (launch_coop): publish the chunk's records of the group's heads. */
+        __threadfence();
+        unit_sync(bar);
+        if (tid < nh)
+            asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * p.slots + slot), "r"(1) : "memory");
+    }
+}
+
+template <int K, typename T, bool GROUPED>
+__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    prep_chunk<K, T, GROUPED>(p, blockIdx.x, threadIdx.x, smem, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -644,16 +685,6 @@ __device__ __forceinline__ float load_state(const params &p, const void *base, i
 {
     return p.state_dtype == GDN_DTYPE_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i])
                                            : static_cast<const float *>(base)[i];
-}
-
-/* Named barriers (ids 1 ..; 0 is __syncthreads). */
-__device__ __forceinline__ void bar_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 #include "sm90_chunk_wg.cuh"
@@ -810,7 +841,11 @@ static int64_t prep_heads_for(const gdn_problem *p, int64_t slots)
 }
 
 /* Bytes of the chunk workspace (Tb, Pm, coefficients), then of the CP buffers. */
-static size_t chunk_ws_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)p->HV * WS_CHUNK; }
+static size_t chunk_ws_bytes(const gdn_problem *p)
+{
+    const size_t chunks = (size_t)slots_per_head(p) * (size_t)p->HV;
+    return chunks * WS_CHUNK + (chunks * sizeof(int) + 15) / 16 * 16; /* records, then launch_coop's flags */
+}
 
 static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
 {
@@ -881,12 +916,77 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
     return launch_wg<T, K, false>(prm, p, prm.nseg, stream);
 }
 
-/* chunk_prep, then the main pass; or context parallelism's four passes. */
+/* Few (sequence, head) pairs without CP: the main pass's CTAs (one per SM) leave most SMs idle,
+ * and chunk_prep would run alone before it. launch_coop runs both in one cooperative grid of one
+ * CTA per SM: the first coop_main CTAs are the main pass, whose copy warpgroup waits on a flag per
+ * (chunk, value head) that the prep units in the other CTAs release after writing that chunk's
+ * records (release / acquire at GPU scope). A cooperative launch guarantees that every CTA is
+ * resident at once (or fails to launch), so the waits always end, also where kernels are
+ * serialized (compute-sanitizer, profilers' replay). Taken when the main pass needs at most half
+ * the SMs. GDN_CHUNK_DEV_NO_COOP turns it off (dev builds: comparisons). */
+static bool coop_fits(const gdn_problem *p)
+{
+#ifdef GDN_CHUNK_DEV_NO_COOP
+    return false;
+#else
+    return p->T > 0 && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
+#endif
+}
+
+template <typename T, int K>
+static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t stream)
+{
+    if (p->T <= 0 || prm.slots <= 0)
+        return GDN_OK;
+    gdn_status st;
+    auto wg = chunk_wg_kernel<K, T, false>;
+    constexpr int WB = wg_smem<K, false>::BYTES;
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
+                             "chunk_wg smem")) != GDN_OK)
+        return st;
+    int per_sm = 0;
+    if ((st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, wg_cfg<false>::THREADS, WB),
+                             "chunk_wg occupancy")) != GDN_OK)
+        return st;
+    const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
+    if (per_sm < 1 || ctas <= main_ctas) { /* no room for prep units: the two-kernel path */
+        st = launch_prep<T, K>(prm, p, stream);
+        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+    }
+    prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
+    prm.coop_main = main_ctas;
+    if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, 0, (size_t)prm.slots * (size_t)p->HV * sizeof(int), stream),
+                             "chunk flags")) != GDN_OK)
+        return st;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.gridDim = dim3((unsigned)ctas);
+    cfg.blockDim = dim3((unsigned)wg_cfg<false>::THREADS);
+    cfg.dynamicSmemBytes = (size_t)WB;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, wg, prm);
+    if (e == cudaErrorCooperativeLaunchTooLarge) {
+        /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
+        (void)cudaGetLastError();
+        prm.ready = NULL;
+        st = launch_prep<T, K>(prm, p, stream);
+        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+    }
+    return gdn_cuda_check(e, "chunk_wg cooperative launch");
+}
+
+/* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid. */
 template <typename T, int K>
 static gdn_status launch_all(const params &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (prm.seg_chunks > 0)
         return launch_cp<T, K>(prm, p, stream);
+    if (coop_fits(p))
+        return launch_coop<T, K>(prm, p, stream);
     const gdn_status st = launch_prep<T, K>(prm, p, stream);
     return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
 }

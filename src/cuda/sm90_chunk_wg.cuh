@@ -80,6 +80,31 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
      * and keeps wgmma unserialized in them (without it, ptxas reported C7518 serialization in PRE,
      * whose chain has no setmaxnreg to show convergence). */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+    if constexpr (!PRE) {
+        if (p.ready && blockIdx.x >= p.coop_main) {
+            /* launch_coop's prep role: each warpgroup is a chunk_prep unit with its own shared memory
+             * and named barrier, taking work items (chunk, head group) in chunk order. */
+            constexpr int UNIT = (prep_smem<K>::BYTES + 1023) / 1024 * 1024;
+            static_assert(3 * UNIT <= L::BYTES - 1024, "three chunk_prep units in chunk_wg's shared memory");
+            const int unit = warp >> 2;
+            const int64_t groups = p.HV / p.prep_heads, units = 3 * (int64_t)(gridDim.x - p.coop_main);
+            const int64_t items = p.slots * groups;
+            for (int64_t it = 3 * (int64_t)(blockIdx.x - p.coop_main) + unit; it < items; it += units) {
+                /* Chunk-major over the sequences (fixed length: slot = n cps + c), so that every
+                 * main-pass CTA is fed from the start; varlen in slot order. */
+                int64_t item = it;
+                if (!p.cu) {
+                    const int64_t r = it / groups, c = r / p.N, n = r % p.N;
+                    item = (n * p.cps + c) * groups + it % groups;
+                }
+                if (p.prep_heads > 1)
+                    prep_chunk<K, T, true>(p, item, tid & 127, smem + unit * UNIT, 1 + unit);
+                else
+                    prep_chunk<K, T, false>(p, item, tid & 127, smem + unit * UNIT, 1 + unit);
+            }
+            return;
+        }
+    }
     const bool chain = warp < 4;
     const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
     const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
@@ -168,6 +193,17 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
                 vp += v_step;
             }
+        if (!PRE && p.ready) {
+            /* launch_coop: chunk_prep runs in this grid's other CTAs; wait for this chunk's records. */
+            const int *flag = p.ready + hv * p.slots + sq.slot0 + c;
+            for (;;) {
+                int done;
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
+                if (done)
+                    break;
+                __nanosleep(64);
+            }
+        }
         const unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * WS_CHUNK + 16 * pt;
         unsigned char *dst = base + L::TB;
 #pragma unroll
