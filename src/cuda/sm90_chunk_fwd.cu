@@ -74,6 +74,9 @@ struct params {
     int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
     int *ready;                /* [HV][slots] chunk records written, or NULL (launch_coop) */
     int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
+#ifdef GDN_CHUNK_DEV_COOP_PROBE
+    int probe; /* dev builds, launch_coop after the first call: 1 prep units alone, 2 the main pass alone */
+#endif
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;
@@ -183,19 +186,21 @@ template <int LD> __device__ __forceinline__ float *kk_home(float *As, float *Ts
     return b < w ? As + 16 * b * LD + 16 * w : Ts + (w < 3 ? 16 * w * LD + 16 * (w + 1) : 16 * 2);
 }
 
-/* The triangular inverse's block products run on tensor cores in 3xTF32: x = hi + lo (both
- * tf32), a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi with f32 accumulation, relative error ~2^-21:
- * f32-class accuracy, far below the bf16 / f16 rounding of the Tb it feeds. m16n8k8 fragments
- * (g = lane / 4, t = lane % 4): A a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4), a3 = (g + 8,
- * t + 4); B b0 = (t, g), b1 = (t + 4, g); C as m16n8k16. */
+/* The triangular inverse's block products run on tensor cores in 3xTF32: x ~ hi + lo, a b ~ a_hi b_hi
+ * + a_hi b_lo + a_lo b_hi with f32 accumulation. hi is x truncated to tf32 (its low 13 mantissa
+ * bits cleared: |x - hi| < 2^-10 |x|), lo is x - hi (exact in f32) truncated the same way, so
+ * |x - hi - lo| < 2^-20 |x|: f32-class accuracy, far below the bf16 / f16 rounding of the Tb it
+ * feeds. Three instructions a split; cvt.rna.tf32 (no native form on sm_90) took about eight.
+ * m16n8k8 fragments (g = lane / 4, t = lane % 4): A a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4),
+ * a3 = (g + 8, t + 4); B b0 = (t, g), b1 = (t + 4, g); C as m16n8k16. */
 struct tf32_pair {
     uint32_t hi, lo;
 };
 __device__ __forceinline__ tf32_pair split_tf32(float x)
 {
     tf32_pair r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.hi) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.lo) : "f"(x - __uint_as_float(r.hi)));
+    r.hi = __float_as_uint(x) & 0xffffe000u;
+    r.lo = __float_as_uint(x - __uint_as_float(r.hi)) & 0xffffe000u;
     return r;
 }
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
@@ -413,13 +418,22 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
     const int64_t h = hv0 / p.G;
 
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k);
-    for (int i = tid; i < C * KC; i += 128) {
-        const int r = i / KC, ch = i % KC;
-        const bool ok = r < cl;
-        const int64_t tq = sq.row * p.q_b + (t0 + r) * p.q_t + h * p.q_h + ch * 8;
-        const int64_t tk = sq.row * p.k_b + (t0 + r) * p.k_t + h * p.k_h + ch * 8;
-        cp_async16(Qs + swz<KC>(r, ch * 8), ok ? q + tq : q, ok ? 16 : 0);
-        cp_async16(Ks + swz<KC>(r, ch * 8), ok ? k + tk : k, ok ? 16 : 0);
+    {
+        /* Thread tid copies 16-byte column chunk ch of rows r0, r0 + RP, ... of Q and K. */
+        constexpr int RP = 128 / KC;
+        const int ch = tid % KC, r0 = tid / KC;
+        const T *qp = q + sq.row * p.q_b + h * p.q_h + ch * 8 + (t0 + r0) * p.q_t;
+        const T *kp = k + sq.row * p.k_b + h * p.k_h + ch * 8 + (t0 + r0) * p.k_t;
+        const int64_t q_step = RP * p.q_t, k_step = RP * p.k_t;
+#pragma unroll
+        for (int it = 0; it < C / RP; ++it) {
+            const int r = r0 + RP * it;
+            const bool ok = r < cl;
+            cp_async16(Qs + swz<KC>(r, ch * 8), ok ? qp : q, ok ? 16 : 0);
+            cp_async16(Ks + swz<KC>(r, ch * 8), ok ? kp : k, ok ? 16 : 0);
+            qp += q_step;
+            kp += k_step;
+        }
     }
     cp_async_commit();
 
@@ -955,7 +969,16 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
     }
     prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
     prm.coop_main = main_ctas;
-    if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, 0, (size_t)prm.slots * (size_t)p->HV * sizeof(int), stream),
+    int flags0 = 0;
+#ifdef GDN_CHUNK_DEV_COOP_PROBE
+    /* Dev builds: from the second call on (records and output of the first stay in place; bench
+     * with one shape per process), time the prep units alone (1) or the main pass alone (2, with
+     * every flag set before the launch). */
+    static int calls = 0;
+    prm.probe = calls++ > 0 ? GDN_CHUNK_DEV_COOP_PROBE : 0;
+    flags0 = prm.probe == 2 ? 1 : 0;
+#endif
+    if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, (size_t)prm.slots * (size_t)p->HV * sizeof(int), stream),
                              "chunk flags")) != GDN_OK)
         return st;
     cudaLaunchConfig_t cfg = {};

@@ -81,6 +81,10 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
      * whose chain has no setmaxnreg to show convergence). */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     if constexpr (!PRE) {
+#ifdef GDN_CHUNK_DEV_COOP_PROBE
+        if (p.ready && (p.probe == 2 ? blockIdx.x >= p.coop_main : p.probe == 1 && blockIdx.x < p.coop_main))
+            return;
+#endif
         if (p.ready && blockIdx.x >= p.coop_main) {
             /* launch_coop's prep role: each warpgroup is a chunk_prep unit with its own shared memory
              * and named barrier, taking work items (chunk, head group) in chunk order. */
@@ -193,23 +197,28 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
                 vp += v_step;
             }
-        if (!PRE && p.ready) {
-            /* launch_coop: chunk_prep runs in this grid's other CTAs; wait for this chunk's records. */
-            const int *flag = p.ready + hv * p.slots + sq.slot0 + c;
-            for (;;) {
-                int done;
-                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
-                if (done)
-                    break;
-                __nanosleep(64);
-            }
-        }
         const unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * WS_CHUNK + 16 * pt;
         unsigned char *dst = base + L::TB;
 #pragma unroll
         for (int u = pt; u < WS_COPIES; u += COPY) {
             cp_async16(dst + ws_map[u], wsc, 16);
             wsc += 16 * COPY;
+        }
+    };
+
+    /* launch_coop: chunk_prep runs in this grid's other CTAs; wait until chunk c's records are
+     * written (before its load_chunk). Called before the wait for the stage to free up, so that
+     * the load's round trip to L2 overlaps that wait. */
+    auto wait_records = [&](int64_t c) {
+        if (PRE || !p.ready)
+            return;
+        const int *flag = p.ready + hv * p.slots + sq.slot0 + c;
+        for (;;) {
+            int done;
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
+            if (done)
+                break;
+            __nanosleep(64);
         }
     };
 
@@ -224,8 +233,10 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
             regs_dec<96>();
 #pragma unroll
         for (int i = 0; i < AHEAD; ++i) {
-            if (i < c_end)
+            if (i < c_end) {
+                wait_records(i);
                 load_chunk(i, i);
+            }
             cp_async_commit();
         }
         int stage = 0;
@@ -237,6 +248,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
             if (c + AHEAD < c_end) {
                 /* The stage of chunk c + AHEAD last held chunk c - 1 (its (c - 1) / STAGES-th use). */
                 const int prev = stage == 0 ? STAGES - 1 : stage - 1;
+                wait_records(c + AHEAD);
                 if (c >= 1)
                     mbar_wait(&empty[prev], (uint32_t)((c - 1) / STAGES) & 1u);
                 load_chunk(c + AHEAD, prev);
