@@ -471,29 +471,6 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
     cp_async_wait<0>();
     unit_sync(bar);
 
-    /* Row factors of the L2 norm: two threads per row. */
-    {
-        const int r = tid >> 1, half = tid & 1;
-        float sk = 0.f, sqq = 0.f;
-#pragma unroll
-        for (int ch = half * (KC / 2); ch < (half + 1) * (KC / 2); ++ch) {
-            const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, ch * 8));
-            const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, ch * 8));
-            const uint32_t kw[4] = {kv.x, kv.y, kv.z, kv.w}, qw[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 kf = op<T>::unpack(kw[e]), qf = op<T>::unpack(qw[e]);
-                sk += kf.x * kf.x + kf.y * kf.y;
-                sqq += qf.x * qf.x + qf.y * qf.y;
-            }
-        }
-        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-        sqq += __shfl_xor_sync(0xffffffffu, sqq, 1);
-        if (half == 0) {
-            rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
-            rq[r] = p.l2norm ? 1.f / sqrtf(sqq + 1e-6f) : 1.f;
-        }
-    }
     /* Inclusive cumsum of the log decays: warp w for head w, two tokens per lane. */
     if (warp < nh) {
         const float g0 = graw[warp * C + 2 * lane], g1 = graw[warp * C + 2 * lane + 1];
@@ -510,22 +487,31 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
         gam[warp * C + 2 * lane] = ex + g0;
         gam[warp * C + 2 * lane + 1] = s;
     }
-    unit_sync(bar);
 
     /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15, only the column blocks on and below
-     * the diagonal (nothing above it is read: A is strictly lower triangular, Pm lower). */
+     * the diagonal (nothing above it is read: A is strictly lower triangular, Pm lower); and the
+     * diagonal block of Q Q^T, for the squared norms of the Q rows (those of K are on K K^T's
+     * diagonal). */
     const int m = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
-    float kk[8][4], qk[8][4];
+    float kk[8][4], qk[8][4], qq[2][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             kk[i][e] = qk[i][e] = 0.f;
 #pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            qq[i][e] = 0.f;
+#pragma unroll
     for (int kc = 0; kc < K / 16; ++kc) {
-        uint32_t ak[4], aq[4];
+        uint32_t ak[4], aq[4], bq[4];
         ldsm_x4(ak, smem_u32(Ks + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
         ldsm_x4(aq, smem_u32(Qs + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
+        ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * warp + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+        op<T>::mma(qq[0], aq, bq[0], bq[1]);
+        op<T>::mma(qq[1], aq, bq[2], bq[3]);
 #pragma unroll
         for (int nn = 0; nn < 4; ++nn) {
             if (nn > warp)
@@ -539,6 +525,26 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
         }
     }
 
+    /* Row factors of the L2 norm from the diagonals: element (16 w + g, 16 w + g) of a diagonal
+     * block is in column tile 0 at column g, held by the thread with t = g / 2 as c[g & 1]; row
+     * 16 w + g + 8 in column tile 1, as c[2 + (g & 1)]. (Zero padding rows get 1 / sqrt(1e-6):
+     * they multiply zeros.) */
+    if (t == (g >> 1)) {
+        float sk[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn)
+            if (nn == warp) {
+                sk[0] = (g & 1) ? kk[2 * nn][1] : kk[2 * nn][0];
+                sk[1] = (g & 1) ? kk[2 * nn + 1][3] : kk[2 * nn + 1][2];
+            }
+        const float sq0 = (g & 1) ? qq[0][1] : qq[0][0], sq1 = (g & 1) ? qq[1][3] : qq[1][2];
+        rk[16 * warp + g] = p.l2norm ? 1.f / sqrtf(sk[0] + 1e-6f) : 1.f;
+        rk[16 * warp + g + 8] = p.l2norm ? 1.f / sqrtf(sk[1] + 1e-6f) : 1.f;
+        rq[16 * warp + g] = p.l2norm ? 1.f / sqrtf(sq0 + 1e-6f) : 1.f;
+        rq[16 * warp + g + 8] = p.l2norm ? 1.f / sqrtf(sq1 + 1e-6f) : 1.f;
+    }
+    unit_sync(bar); /* Q and K consumed: A and T (and the parked K K^T) take their place */
+
     /* Row factors of Q into registers first: the stores into As below may alias them as far as
      * the compiler knows. */
     const int pm_row8 = 8 * (warp + 1) * 8; /* in uint32_t: 8 rows x 2 (warp + 1) chunks x 4 */
@@ -546,7 +552,6 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
 #pragma unroll
     for (int hrow = 0; hrow < 2; ++hrow)
         rqr[hrow] = p.scale * rq[16 * warp + g + 8 * hrow];
-    unit_sync(bar); /* Q and K consumed: A and T (and the parked K K^T) take their place */
     if (nh > 1) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -763,15 +768,24 @@ __global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const params
         __syncthreads();
         if (j + 2 < p.nseg)
             fetch_m(j + 1);
-#pragma unroll 8
-        for (int e = 0; e < K; ++e) {
-            const float4 mv = Ms[e * D4 + d4];
-            const float sv = Ss[row * K + e];
-            acc.x += sv * mv.x;
-            acc.y += sv * mv.y;
-            acc.z += sv * mv.z;
-            acc.w += sv * mv.w;
+        /* Four partial sums over e mod 4: four dependent FMA chains of K / 4 instead of one of K. */
+        float4 part[4] = {acc, make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f),
+                          make_float4(0.f, 0.f, 0.f, 0.f)};
+#pragma unroll 2
+        for (int e = 0; e < K; e += 4) {
+            const float4 sv = *reinterpret_cast<const float4 *>(Ss + row * K + e);
+            const float s4[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float4 mv = Ms[(e + u) * D4 + d4];
+                part[u].x += s4[u] * mv.x;
+                part[u].y += s4[u] * mv.y;
+                part[u].z += s4[u] * mv.z;
+                part[u].w += s4[u] * mv.w;
+            }
         }
+        acc = make_float4((part[0].x + part[1].x) + (part[2].x + part[3].x), (part[0].y + part[1].y) + (part[2].y + part[3].y),
+                          (part[0].z + part[1].z) + (part[2].z + part[3].z), (part[0].w + part[1].w) + (part[2].w + part[3].w));
         __syncthreads();
         *reinterpret_cast<float4 *>(Ss + row * K + 4 * d4) = acc;
         *reinterpret_cast<float4 *>(start + ((size_t)(j + 1) * p.V + c0 + row) * K + 4 * d4) = acc;
