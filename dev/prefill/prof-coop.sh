@@ -5,6 +5,8 @@
 #   nocoop  -DGDN_CHUNK_DEV_NO_COOP: chunk_prep, then the main pass (two kernels)
 #   prep    -DGDN_CHUNK_DEV_COOP_PROBE=1: from the second call on, the prep units alone (main CTAs exit)
 #   mainonly -DGDN_CHUNK_DEV_COOP_PROBE=2: from the second call on, the main pass alone (flags preset)
+#   noflag  =3: as mainonly, without the flag polls; poll1 -DGDN_CHUNK_DEV_POLL1: one thread polls
+#   (poll1main: with =2). VARIANTS="..." picks (default: main nocoop prep mainonly); NO_NCU=1 skips ncu
 #   base    with BASE=DIR (another revision's tree, carried): that tree as it is
 # test_cuda_chunk on main; bench_prefill per shape and variant (one shape per process: the probes
 # count calls), main and base at every shape; then ncu (--set full) of chunk_prep and of the main
@@ -28,6 +30,9 @@ flags() {
     nocoop) echo "-DGDN_CHUNK_DEV_NO_COOP" ;;
     prep) echo "-DGDN_CHUNK_DEV_COOP_PROBE=1" ;;
     mainonly) echo "-DGDN_CHUNK_DEV_COOP_PROBE=2" ;;
+    noflag) echo "-DGDN_CHUNK_DEV_COOP_PROBE=3" ;;
+    poll1) echo "-DGDN_CHUNK_DEV_POLL1" ;;
+    poll1main) echo "-DGDN_CHUNK_DEV_POLL1 -DGDN_CHUNK_DEV_COOP_PROBE=2" ;;
     esac
 }
 build() {
@@ -38,7 +43,7 @@ build() {
         cmake --build $d -j4 --target $tg >>"$LOGS/build_$1.log" 2>&1 &&
         nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$LOGS/build_$1.log" 2>&1
 }
-VARIANTS="main nocoop prep mainonly"
+VARIANTS=${VARIANTS:-main nocoop prep mainonly}
 ALL="$VARIANTS${BASE:+ base}"
 for v in $ALL; do build $v & eval "pid_$v=$!"; done
 for v in $ALL; do eval "wait \$pid_$v"; eval "log \"build $v rc=\$?\""; done
@@ -64,7 +69,7 @@ for s in $SHAPES; do
 done
 log "bench done"
 N=/tmp/p_nocoop/bench_prefill
-if [ -x $N ] && command -v ncu >/dev/null; then
+if [ -z "${NO_NCU:-}" ] && [ -x $N ] && command -v ncu >/dev/null; then
     for k in chunk_prep chunk_wg; do
         timeout 150 ncu --set full -k regex:$k --launch-count 1 -o $LOGS/rep_$k $N - B1_T32768_H16_HV32 >"$LOGS/ncu_$k.log" 2>&1
         log "ncu $k rc=$?"

@@ -75,7 +75,8 @@ struct params {
     int *ready;                /* [HV][slots] chunk records written, or NULL (launch_coop) */
     int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
 #ifdef GDN_CHUNK_DEV_COOP_PROBE
-    int probe; /* dev builds, launch_coop after the first call: 1 prep units alone, 2 the main pass alone */
+    int probe; /* dev builds, launch_coop after the first call: 1 prep units alone, 2 the main pass alone,
+                  3 as 2 without the flag polls */
 #endif
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
@@ -363,92 +364,116 @@ __device__ __forceinline__ void unit_sync(int bar)
 /* GROUPED = false: one head per CTA, nh = 1 at compile time (no head loops). The grouped kernel
  * run with nh = 1 measured 2-5 % slower end to end than the one-head kernel before it at the
  * shapes without GVA (H100, dev/prefill/README.md). */
-template <int K, typename T, bool GROUPED>
-__device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int tid, unsigned char *smem, int bar)
+/* A chunk_prep work item: the chunk in slot `slot` of value heads hv0 .. hv0 + nh - 1 (nh divides
+ * G: heads of one key head), cl of its tokens real (0: no chunk in this slot). */
+struct prep_item {
+    seq_info sq;
+    int64_t slot, t0, h;
+    int hv0, nh, cl;
+};
+
+/* Item `item` of the chunk_prep grid: groups of nh value heads fastest, the groups that share a key
+ * head together, so all but the first find its Q / K rows in L2. */
+template <bool GROUPED> __device__ __forceinline__ prep_item prep_locate(const params &p, int64_t item)
 {
-    constexpr int KC = K / 8;
-    constexpr int LD = prep_smem<K>::LD;
-    using L = prep_smem<K>;
-    T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + C * K;
-    float *As = reinterpret_cast<float *>(smem);
-    float *Ts = As + C * LD;
-    float *gam = reinterpret_cast<float *>(smem + L::BYTES - L::GATES); /* [head][C], as bet, graw */
-    float *bet = gam + PREP_MAX_HEADS * C;
-    float *graw = bet + PREP_MAX_HEADS * C;
-    float *rk = graw + PREP_MAX_HEADS * C;
-    float *rq = rk + C;
-
-    const int lane = tid & 31, warp = tid >> 5;
-    /* Groups of nh value heads of one key head (nh divides G), groups fastest: the groups that
-     * share a key head read the same Q / K rows together, so all but the first find them in L2. */
-    const int nh = GROUPED ? (int)p.prep_heads : 1;
-    const unsigned groups = (unsigned)(p.HV / nh);
-    const int64_t slot = item / groups;
-    const int hv0 = (int)(item % groups) * nh;
-
+    prep_item it;
+    it.nh = GROUPED ? (int)p.prep_heads : 1;
+    const unsigned groups = (unsigned)(p.HV / it.nh);
+    it.slot = item / groups;
+    it.hv0 = (int)(item % groups) * it.nh;
     int64_t n, c;
     if (!p.cu) {
-        n = slot / p.cps;
-        c = slot % p.cps;
+        n = it.slot / p.cps;
+        c = it.slot % p.cps;
     } else {
         /* Largest n with floor(cu[n] / 64) + n <= slot. */
         int64_t lo = 0, hi = p.N - 1;
         while (lo < hi) {
             const int64_t mid = (lo + hi + 1) / 2;
-            if (clamp_t(p, p.cu[mid]) / C + mid <= slot)
+            if (clamp_t(p, p.cu[mid]) / C + mid <= it.slot)
                 lo = mid;
             else
                 hi = mid - 1;
         }
         n = lo;
-        c = slot - (clamp_t(p, p.cu[n]) / C + n);
+        c = it.slot - (clamp_t(p, p.cu[n]) / C + n);
     }
-    const seq_info sq = sequence(p, n);
-    if (c < 0 || c * C >= sq.len) {
-        /* No chunk here (padding, or a cu_seqlens that decreases). With launch_coop a main-pass
-         * CTA may still wait on this slot when cu_seqlens is malformed: release it, records
-         * untouched, so that such input gives wrong output as on the two-kernel path, never a hang. */
-        if (p.ready && tid < nh)
-            asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * p.slots + slot), "r"(1) : "memory");
-        return;
-    }
-    const int cl = (int)min64(C, sq.len - c * C);
-    const int64_t t0 = sq.bos + c * C;
-    const int64_t h = hv0 / p.G;
+    it.sq = sequence(p, n);
+    /* No chunk: padding, or a cu_seqlens that decreases. */
+    it.cl = c < 0 || c * C >= it.sq.len ? 0 : (int)min64(C, it.sq.len - c * C);
+    it.t0 = it.sq.bos + c * C;
+    it.h = it.hv0 / p.G;
+    return it;
+}
 
+/* launch_coop: the item's records are written (or it has none), for the main pass's copy threads. */
+__device__ __forceinline__ void prep_release(const params &p, int hv0, int nh, int64_t slot, int tid)
+{
+    if (p.ready && tid < nh)
+        asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * p.slots + slot), "r"(1) : "memory");
+}
+
+/* Q and K of the item into Qs / Ks (one cp.async group): thread tid copies 16-byte column chunk
+ * ch of rows r0, r0 + RP, ... */
+template <int K, typename T>
+__device__ __forceinline__ void prep_issue_qk(const params &p, const prep_item &it, int tid, T *Qs, T *Ks)
+{
+    constexpr int KC = K / 8, RP = 128 / KC;
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k);
-    {
-        /* Thread tid copies 16-byte column chunk ch of rows r0, r0 + RP, ... of Q and K. */
-        constexpr int RP = 128 / KC;
-        const int ch = tid % KC, r0 = tid / KC;
-        const T *qp = q + sq.row * p.q_b + h * p.q_h + ch * 8 + (t0 + r0) * p.q_t;
-        const T *kp = k + sq.row * p.k_b + h * p.k_h + ch * 8 + (t0 + r0) * p.k_t;
-        const int64_t q_step = RP * p.q_t, k_step = RP * p.k_t;
+    const int ch = tid % KC, r0 = tid / KC;
+    const T *qp = q + it.sq.row * p.q_b + it.h * p.q_h + ch * 8 + (it.t0 + r0) * p.q_t;
+    const T *kp = k + it.sq.row * p.k_b + it.h * p.k_h + ch * 8 + (it.t0 + r0) * p.k_t;
+    const int64_t q_step = RP * p.q_t, k_step = RP * p.k_t;
 #pragma unroll
-        for (int it = 0; it < C / RP; ++it) {
-            const int r = r0 + RP * it;
-            const bool ok = r < cl;
-            cp_async16(Qs + swz<KC>(r, ch * 8), ok ? qp : q, ok ? 16 : 0);
-            cp_async16(Ks + swz<KC>(r, ch * 8), ok ? kp : k, ok ? 16 : 0);
-            qp += q_step;
-            kp += k_step;
-        }
+    for (int i = 0; i < C / RP; ++i) {
+        const int r = r0 + RP * i;
+        const bool ok = r < it.cl;
+        cp_async16(Qs + swz<KC>(r, ch * 8), ok ? qp : q, ok ? 16 : 0);
+        cp_async16(Ks + swz<KC>(r, ch * 8), ok ? kp : k, ok ? 16 : 0);
+        qp += q_step;
+        kp += k_step;
     }
     cp_async_commit();
+}
 
-    /* Gates of every head of the group: token r of head hh at [hh * C + r]. */
-    for (int idx = tid; idx < nh * C; idx += 128) {
-        const int r = idx & (C - 1);
-        const int64_t hv = hv0 + idx / C;
-        float gv = 0.f, bv = 0.f;  /* padding tokens: no decay, no write */
-        if (r < cl) {
-            const int64_t t = t0 + r;
-            if (p.g) {
-                gv = p.g[sq.row * p.g_b + t * p.g_t + hv * p.g_h];
-            } else {
-                const float x = load_any(p.a, p.a_dtype, sq.row * p.a_b + t * p.a_t + hv * p.a_h) +
-                                (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
+/* The raw gate inputs of a thread's tokens (index tid + 128 j over [head][token]): g or a, and
+ * beta, loaded apart from their use so that a unit can fetch the next item's during this one. */
+constexpr int PREP_GATES_PER_THREAD = PREP_MAX_HEADS * C / 128;
+struct prep_gates {
+    float g[PREP_GATES_PER_THREAD], b[PREP_GATES_PER_THREAD];
+};
+
+__device__ __forceinline__ void prep_load_gates(const params &p, const prep_item &it, int tid, prep_gates &r)
+{
+#pragma unroll
+    for (int j = 0; j < PREP_GATES_PER_THREAD; ++j) {
+        const int idx = tid + 128 * j, tok = idx & (C - 1);
+        r.g[j] = r.b[j] = 0.f;
+        if (idx < it.nh * C && tok < it.cl) {
+            const int64_t hv = it.hv0 + idx / C, t = it.t0 + tok;
+            r.g[j] = p.g ? p.g[it.sq.row * p.g_b + t * p.g_t + hv * p.g_h]
+                         : load_any(p.a, p.a_dtype, it.sq.row * p.a_b + t * p.a_t + hv * p.a_h);
+            r.b[j] = load_any(p.beta, p.beta_dtype, it.sq.row * p.be_b + t * p.be_t + hv * p.be_h);
+        }
+    }
+}
+
+/* The gates of every head of the item: token r of head hh at [hh * C + r]; padding tokens get no
+ * decay and no write (g = beta = 0). */
+__device__ __forceinline__ void prep_store_gates(const params &p, const prep_item &it, int tid, const prep_gates &r,
+                                                 float *graw, float *bet)
+{
+#pragma unroll
+    for (int j = 0; j < PREP_GATES_PER_THREAD; ++j) {
+        const int idx = tid + 128 * j;
+        if (idx >= it.nh * C)
+            break;
+        float gv = 0.f, bv = 0.f;
+        if ((idx & (C - 1)) < it.cl) {
+            const int64_t hv = it.hv0 + idx / C;
+            gv = r.g[j];
+            if (!p.g) {
+                const float x = gv + (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
                 const float bx = p.sp_beta * x;
                 const float sp = bx > p.sp_threshold ? x : log1pf(expf(bx)) / p.sp_beta;
                 gv = -expf(p.A_log[hv]) * sp;
@@ -458,7 +483,7 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
              * NaN stays NaN. */
             if (gv < G_FLOOR)
                 gv = G_FLOOR;
-            bv = load_any(p.beta, p.beta_dtype, sq.row * p.be_b + t * p.be_t + hv * p.be_h);
+            bv = r.b[j];
             if (p.beta_from_logits) {
                 bv = 1.f / (1.f + expf(-bv));
                 if (p.allow_neg_eigval)
@@ -468,8 +493,28 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
         graw[idx] = gv;
         bet[idx] = bv;
     }
-    cp_async_wait<0>();
-    unit_sync(bar);
+}
+
+/* The rest of an item once its Q, K (in buf) and gates (in gates) are in shared memory and the
+ * unit has synchronized: norms, decays, masks, the inverse, the records. buf holds Q and K, then
+ * A and T in their place; gates holds prep_smem's GATES part. */
+template <int K, typename T, bool GROUPED>
+__device__ __forceinline__ void prep_body(const params &p, int hv0, int64_t slot, int tid, unsigned char *buf,
+                                          float *gates, int bar)
+{
+    constexpr int KC = K / 8;
+    constexpr int LD = prep_smem<K>::LD;
+    T *Qs = reinterpret_cast<T *>(buf);
+    T *Ks = Qs + C * K;
+    float *As = reinterpret_cast<float *>(buf);
+    float *Ts = As + C * LD;
+    float *gam = gates; /* [head][C], as bet, graw */
+    float *bet = gam + PREP_MAX_HEADS * C;
+    float *graw = bet + PREP_MAX_HEADS * C;
+    float *rk = graw + PREP_MAX_HEADS * C;
+    float *rq = rk + C;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int nh = GROUPED ? (int)p.prep_heads : 1; /* the item's nh, read from the parameters */
 
     /* Inclusive cumsum of the log decays: warp w for head w, two tokens per lane. */
     if (warp < nh) {
@@ -682,12 +727,36 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
         }
     }
     if (p.ready) {
-        /* chunk_wg runs beside (launch_coop): publish the chunk's records of the group's heads. */
+        /* chunk_wg runs beside (launch_coop): publish the chunk's records of the group's heads.
+         * The barrier also tells the unit that this item's shared memory is free. */
         __threadfence();
         unit_sync(bar);
-        if (tid < nh)
-            asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * p.slots + slot), "r"(1) : "memory");
+        prep_release(p, hv0, nh, slot, tid);
     }
+}
+
+/* One item, start to end, in one prep_smem region. */
+template <int K, typename T, bool GROUPED>
+__device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int tid, unsigned char *smem, int bar)
+{
+    using L = prep_smem<K>;
+    const prep_item it = prep_locate<GROUPED>(p, item);
+    if (it.cl == 0) {
+        /* With launch_coop a main-pass CTA may still wait on this slot when cu_seqlens is
+         * malformed: release it, records untouched, so that such input gives wrong output as on
+         * the two-kernel path, never a hang. */
+        prep_release(p, it.hv0, it.nh, it.slot, tid);
+        return;
+    }
+    T *Qs = reinterpret_cast<T *>(smem);
+    float *gates = reinterpret_cast<float *>(smem + L::BYTES - L::GATES);
+    prep_issue_qk<K, T>(p, it, tid, Qs, Qs + C * K);
+    prep_gates g;
+    prep_load_gates(p, it, tid, g);
+    prep_store_gates(p, it, tid, g, gates + 2 * PREP_MAX_HEADS * C, gates + PREP_MAX_HEADS * C);
+    cp_async_wait<0>();
+    unit_sync(bar);
+    prep_body<K, T, GROUPED>(p, it.hv0, it.slot, tid, smem, gates, bar);
 }
 
 template <int K, typename T, bool GROUPED>
@@ -990,7 +1059,7 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
      * every flag set before the launch). */
     static int calls = 0;
     prm.probe = calls++ > 0 ? GDN_CHUNK_DEV_COOP_PROBE : 0;
-    flags0 = prm.probe == 2 ? 1 : 0;
+    flags0 = prm.probe >= 2 ? 1 : 0;
 #endif
     if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, (size_t)prm.slots * (size_t)p->HV * sizeof(int), stream),
                              "chunk flags")) != GDN_OK)

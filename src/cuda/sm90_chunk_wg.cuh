@@ -82,29 +82,78 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     if constexpr (!PRE) {
 #ifdef GDN_CHUNK_DEV_COOP_PROBE
-        if (p.ready && (p.probe == 2 ? blockIdx.x >= p.coop_main : p.probe == 1 && blockIdx.x < p.coop_main))
+        if (p.ready && (p.probe >= 2 ? blockIdx.x >= p.coop_main : p.probe == 1 && blockIdx.x < p.coop_main))
             return;
 #endif
         if (p.ready && blockIdx.x >= p.coop_main) {
             /* launch_coop's prep role: each warpgroup is a chunk_prep unit with its own shared memory
              * and named barrier, taking work items (chunk, head group) in chunk order. */
-            constexpr int UNIT = (prep_smem<K>::BYTES + 1023) / 1024 * 1024;
-            static_assert(3 * UNIT <= L::BYTES - 1024, "three chunk_prep units in chunk_wg's shared memory");
-            const int unit = warp >> 2;
+            const int unit = warp >> 2, ut = tid & 127;
             const int64_t groups = p.HV / p.prep_heads, units = 3 * (int64_t)(gridDim.x - p.coop_main);
-            const int64_t items = p.slots * groups;
-            for (int64_t it = 3 * (int64_t)(blockIdx.x - p.coop_main) + unit; it < items; it += units) {
-                /* Chunk-major over the sequences (fixed length: slot = n cps + c), so that every
-                 * main-pass CTA is fed from the start; varlen in slot order. */
-                int64_t item = it;
-                if (!p.cu) {
-                    const int64_t r = it / groups, c = r / p.N, n = r % p.N;
-                    item = (n * p.cps + c) * groups + it % groups;
-                }
+            const int64_t items = p.slots * groups, first = 3 * (int64_t)(blockIdx.x - p.coop_main) + unit;
+            /* Chunk-major over the sequences (fixed length: slot = n cps + c), so that every
+             * main-pass CTA is fed from the start; varlen in slot order. */
+            auto order = [&](int64_t i) {
+                if (p.cu)
+                    return i;
+                const int64_t r = i / groups, c = r / p.N, n = r % p.N;
+                return (n * p.cps + c) * groups + i % groups;
+            };
+            using PL = prep_smem<K>;
+            constexpr int BUF = PL::BYTES - PL::GATES; /* Q and K, then A and T */
+            constexpr int UNIT2 = (2 * BUF + PL::GATES + 1023) / 1024 * 1024;
+            if constexpr (3 * UNIT2 <= L::BYTES - 1024) {
+                /* Two buffers a unit: the next item's Q / K copies and gate loads are issued before
+                 * this item's work, so their latency hides behind it. */
+                unsigned char *ub = smem + unit * UNIT2;
+                float *gates = reinterpret_cast<float *>(ub + 2 * BUF);
+                auto run = [&](auto grouped) {
+                    constexpr bool G = decltype(grouped)::value;
+                    prep_item cur = {};
+                    prep_gates gr;
+                    if (first < items) {
+                        cur = prep_locate<G>(p, order(first));
+                        if (cur.cl > 0) {
+                            prep_issue_qk<K, T>(p, cur, ut, reinterpret_cast<T *>(ub), reinterpret_cast<T *>(ub) + C * K);
+                            prep_load_gates(p, cur, ut, gr);
+                        }
+                    }
+                    int b = 0;
+                    for (int64_t i = first; i < items; i += units, b ^= 1) {
+                        /* The previous item ended on the unit's barrier: its gates are consumed. */
+                        if (cur.cl > 0)
+                            prep_store_gates(p, cur, ut, gr, gates + 2 * PREP_MAX_HEADS * C, gates + PREP_MAX_HEADS * C);
+                        cp_async_wait<0>();
+                        unit_sync(1 + unit);
+                        prep_item nxt = {};
+                        if (i + units < items) {
+                            nxt = prep_locate<G>(p, order(i + units));
+                            if (nxt.cl > 0) {
+                                T *q2 = reinterpret_cast<T *>(ub + (b ^ 1) * BUF);
+                                prep_issue_qk<K, T>(p, nxt, ut, q2, q2 + C * K);
+                                prep_load_gates(p, nxt, ut, gr);
+                            }
+                        }
+                        if (cur.cl > 0)
+                            prep_body<K, T, G>(p, cur.hv0, cur.slot, ut, ub + b * BUF, gates, 1 + unit);
+                        else
+                            prep_release(p, cur.hv0, cur.nh, cur.slot, ut);
+                        cur = nxt;
+                    }
+                };
                 if (p.prep_heads > 1)
-                    prep_chunk<K, T, true>(p, item, tid & 127, smem + unit * UNIT, 1 + unit);
+                    run(std::true_type{});
                 else
-                    prep_chunk<K, T, false>(p, item, tid & 127, smem + unit * UNIT, 1 + unit);
+                    run(std::false_type{});
+            } else {
+                constexpr int UNIT = (PL::BYTES + 1023) / 1024 * 1024;
+                static_assert(3 * UNIT <= L::BYTES - 1024, "three chunk_prep units in chunk_wg's shared memory");
+                for (int64_t i = first; i < items; i += units) {
+                    if (p.prep_heads > 1)
+                        prep_chunk<K, T, true>(p, order(i), ut, smem + unit * UNIT, 1 + unit);
+                    else
+                        prep_chunk<K, T, false>(p, order(i), ut, smem + unit * UNIT, 1 + unit);
+                }
             }
             return;
         }
@@ -212,7 +261,15 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     auto wait_records = [&](int64_t c) {
         if (PRE || !p.ready)
             return;
+#ifdef GDN_CHUNK_DEV_COOP_PROBE
+        if (p.probe == 3)
+            return;
+#endif
         const int *flag = p.ready + hv * p.slots + sq.slot0 + c;
+#ifdef GDN_CHUNK_DEV_POLL1
+        /* One thread acquires the flag; the copy threads follow it through a named barrier. */
+        if (tid == THREADS - COPY)
+#endif
         for (;;) {
             int done;
             asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
@@ -220,6 +277,9 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 break;
             __nanosleep(64);
         }
+#ifdef GDN_CHUNK_DEV_POLL1
+        bar_sync(6, COPY);
+#endif
     };
 
     /* Roles. Each loops over the chunks on its own; the branches never merge, so the register
