@@ -5,8 +5,9 @@
 #   nocoop  -DGDN_CHUNK_DEV_NO_COOP: chunk_prep, then the main pass (two kernels)
 #   prep    -DGDN_CHUNK_DEV_COOP_PROBE=1: from the second call on, the prep units alone (main CTAs exit)
 #   mainonly -DGDN_CHUNK_DEV_COOP_PROBE=2: from the second call on, the main pass alone (flags preset)
-#   noflag  =3: as mainonly, without the flag polls; poll1 -DGDN_CHUNK_DEV_POLL1: one thread polls
-#   (poll1main: with =2). VARIANTS="..." picks (default: main nocoop prep mainonly); NO_NCU=1 skips ncu
+#   noflag  =3: as mainonly, without the flag polls
+#   blk1, blk8  -DGDN_CHUNK_DEV_FLAG_BLOCK=1 / 8: the main pass polls per chunk / per 8 chunks
+# VARIANTS="..." picks (default: main nocoop prep mainonly); NO_NCU=1 skips ncu
 #   base    with BASE=DIR (another revision's tree, carried): that tree as it is
 # test_cuda_chunk on main; bench_prefill per shape and variant (one shape per process: the probes
 # count calls), main and base at every shape; then ncu (--set full) of chunk_prep and of the main
@@ -31,8 +32,8 @@ flags() {
     prep) echo "-DGDN_CHUNK_DEV_COOP_PROBE=1" ;;
     mainonly) echo "-DGDN_CHUNK_DEV_COOP_PROBE=2" ;;
     noflag) echo "-DGDN_CHUNK_DEV_COOP_PROBE=3" ;;
-    poll1) echo "-DGDN_CHUNK_DEV_POLL1" ;;
-    poll1main) echo "-DGDN_CHUNK_DEV_POLL1 -DGDN_CHUNK_DEV_COOP_PROBE=2" ;;
+    blk1) echo "-DGDN_CHUNK_DEV_FLAG_BLOCK=1" ;;
+    blk8) echo "-DGDN_CHUNK_DEV_FLAG_BLOCK=8" ;;
     esac
 }
 build() {

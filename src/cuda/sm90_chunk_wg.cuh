@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     /* launch_coop: chunk_prep runs in this grid's other CTAs; wait until chunk c's records are
      * written (before its load_chunk). Called before the wait for the stage to free up, so that
      * the load's round trip to L2 overlaps that wait. */
+    int64_t ready_block = -1; /* the last block of slots seen complete */
     auto wait_records = [&](int64_t c) {
         if (PRE || !p.ready)
             return;
@@ -265,21 +266,21 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
         if (p.probe == 3)
             return;
 #endif
-        const int *flag = p.ready + hv * p.slots + sq.slot0 + c;
-#ifdef GDN_CHUNK_DEV_POLL1
-        /* One thread acquires the flag; the copy threads follow it through a named barrier. */
-        if (tid == THREADS - COPY)
-#endif
+        const int64_t blk = (sq.slot0 + c) / FLAG_BLOCK;
+        if (blk == ready_block)
+            return;
+        /* Every slot of the block has one item per head, also those without a chunk. */
+        const int64_t nblk = flag_blocks(p.slots);
+        const int *flag = p.ready + hv * nblk + blk;
+        const int want = (int)min64(FLAG_BLOCK, p.slots - blk * FLAG_BLOCK);
         for (;;) {
             int done;
             asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
-            if (done)
+            if (done >= want)
                 break;
             __nanosleep(64);
         }
-#ifdef GDN_CHUNK_DEV_POLL1
-        bar_sync(6, COPY);
-#endif
+        ready_block = blk;
     };
 
     /* Roles. Each loops over the chunks on its own; the branches never merge, so the register
