@@ -964,16 +964,32 @@ static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
     return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
 }
 
-/* One launch, with the error of that launch alone (not one an earlier call left pending). */
-static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int threads, int smem,
-                                cudaStream_t stream, const params &prm, const char *what)
+/* One launch (cooperative: every CTA resident at once, or cudaErrorCooperativeLaunchTooLarge), with
+ * the kernel's dynamic shared memory limit raised to smem first; the error of that launch alone
+ * (not one an earlier call left pending). */
+static cudaError_t launch_raw(void (*kernel)(const params), int64_t ctas, int threads, int smem, cudaStream_t stream,
+                              const params &prm, bool cooperative)
 {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)ctas);
     cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
-    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, prm), what);
+    cfg.attrs = cooperative ? attr : NULL;
+    cfg.numAttrs = cooperative ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, prm);
+}
+
+static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int threads, int smem,
+                                cudaStream_t stream, const params &prm, const char *what)
+{
+    return gdn_cuda_check(launch_raw(kernel, ctas, threads, smem, stream, prm, false), what);
 }
 
 template <typename T, int K>
@@ -981,28 +997,18 @@ static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStrea
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
-    gdn_status st;
     auto prep = prm.prep_heads > 1 ? chunk_prep_kernel<K, T, true> : chunk_prep_kernel<K, T, false>;
-    constexpr int PB = prep_smem<K>::BYTES;
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, PB),
-                             "chunk_prep smem")) != GDN_OK)
-        return st;
-    return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, PB, stream, prm, "chunk_prep launch");
+    return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, prep_smem<K>::BYTES, stream, prm,
+                         "chunk_prep launch");
 }
 
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
 template <typename T, int K, bool PRE>
 static gdn_status launch_wg(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
-    gdn_status st;
-    auto wg = chunk_wg_kernel<K, T, PRE>;
-    constexpr int WB = wg_smem<K, PRE>::BYTES;
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
-                             "chunk_wg smem")) != GDN_OK)
-        return st;
     const int64_t rows = PRE ? p->V + K : p->V;
-    return launch_kernel(wg, nseg * p->N * p->HV * (rows / 64), wg_cfg<PRE>::THREADS, WB, stream, prm,
-                         "chunk_wg launch");
+    return launch_kernel(chunk_wg_kernel<K, T, PRE>, nseg * p->N * p->HV * (rows / 64), wg_cfg<PRE>::THREADS,
+                         wg_smem<K, PRE>::BYTES, stream, prm, "chunk_wg launch");
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
@@ -1015,13 +1021,8 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
         return st;
     if ((st = launch_wg<T, K, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
         return st;
-    auto scan = cp_scan_kernel<K>;
-    constexpr int SB = scan_smem_bytes<K>();
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, SB),
-                             "cp_scan smem")) != GDN_OK)
-        return st;
-    if ((st = launch_kernel(scan, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(), SB, stream, prm,
-                            "cp_scan launch")) != GDN_OK)
+    if ((st = launch_kernel(cp_scan_kernel<K>, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(),
+                            scan_smem_bytes<K>(), stream, prm, "cp_scan launch")) != GDN_OK)
         return st;
     return launch_wg<T, K, false>(prm, p, prm.nseg, stream);
 }
@@ -1043,6 +1044,13 @@ static bool coop_fits(const gdn_problem *p)
 #endif
 }
 
+/* chunk_prep, then the main pass. */
+template <typename T, int K> static gdn_status launch_two(const params &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    const gdn_status st = launch_prep<T, K>(prm, p, stream);
+    return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+}
+
 template <typename T, int K>
 static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t stream)
 {
@@ -1051,25 +1059,22 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
     gdn_status st;
     auto wg = chunk_wg_kernel<K, T, false>;
     constexpr int WB = wg_smem<K, false>::BYTES;
-    if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
-                             "chunk_wg smem")) != GDN_OK)
-        return st;
     int per_sm = 0;
-    if ((st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, wg_cfg<false>::THREADS, WB),
+    if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
+                             "chunk_wg smem")) != GDN_OK ||
+        (st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, wg_cfg<false>::THREADS, WB),
                              "chunk_wg occupancy")) != GDN_OK)
         return st;
     const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
-    if (per_sm < 1 || ctas <= main_ctas) { /* no room for prep units: the two-kernel path */
-        st = launch_prep<T, K>(prm, p, stream);
-        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
-    }
+    if (per_sm < 1 || ctas <= main_ctas) /* no room for prep units */
+        return launch_two<T, K>(prm, p, stream);
     prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
     prm.coop_main = main_ctas;
     int flags0 = 0;
 #ifdef GDN_CHUNK_DEV_COOP_PROBE
     /* Dev builds: from the second call on (records and output of the first stay in place; bench
      * with one shape per process), time the prep units alone (1) or the main pass alone (2, with
-     * every flag set before the launch). */
+     * every flag set before the launch; 3, also without polling). */
     static int calls = 0;
     prm.probe = calls++ > 0 ? GDN_CHUNK_DEV_COOP_PROBE : 0;
     flags0 = prm.probe >= 2 ? 1 : 0;
@@ -1077,23 +1082,12 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
     if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, (size_t)flag_blocks(prm.slots) * (size_t)p->HV * sizeof(int), stream),
                              "chunk flags")) != GDN_OK)
         return st;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.gridDim = dim3((unsigned)ctas);
-    cfg.blockDim = dim3((unsigned)wg_cfg<false>::THREADS);
-    cfg.dynamicSmemBytes = (size_t)WB;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, wg, prm);
+    const cudaError_t e = launch_raw(wg, ctas, wg_cfg<false>::THREADS, WB, stream, prm, true);
     if (e == cudaErrorCooperativeLaunchTooLarge) {
         /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
         (void)cudaGetLastError();
         prm.ready = NULL;
-        st = launch_prep<T, K>(prm, p, stream);
-        return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+        return launch_two<T, K>(prm, p, stream);
     }
     return gdn_cuda_check(e, "chunk_wg cooperative launch");
 }
@@ -1106,8 +1100,7 @@ static gdn_status launch_all(const params &prm, const gdn_problem *p, cudaStream
         return launch_cp<T, K>(prm, p, stream);
     if (coop_fits(p))
         return launch_coop<T, K>(prm, p, stream);
-    const gdn_status st = launch_prep<T, K>(prm, p, stream);
-    return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+    return launch_two<T, K>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
