@@ -25,7 +25,7 @@ trap 'tar czf "$OUT/logs.tgz" -C $LOGS . 2>/dev/null' EXIT
 t0=$(date +%s)
 log() { echo "$* t=$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"; }
 ARCH="-gencode=arch=compute_90a,code=sm_90a"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; git -C "$R" log --oneline -1 2>/dev/null; } | tee "$OUT/summary.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; } | tee "$OUT/summary.txt"
 flags() {
     case $1 in
     nocoop) echo "-DGDN_CHUNK_DEV_NO_COOP" ;;
