@@ -537,6 +537,56 @@ static int test_cp_long(void)
     return rc;
 }
 
+/* cu_seqlens lives on the device and the call never reads device memory on the host, so it cannot
+ * validate it: a decreasing cu_seqlens, or one past T or below 0, must still give a call that ends
+ * without a fault (its output is then unspecified). On the cooperative path (few (sequence, head)
+ * pairs: chunk_prep and the main pass wait on each other inside one grid) and on the two-kernel
+ * path; compute-sanitizer runs this test too. */
+static int malformed_cu_case(const char *name, tu_case_config cfg)
+{
+    static const int32_t lens[4] = {300, 200, 500, 100}; /* T = 1100 */
+    static const int32_t bad[3][5] = {
+        {0, 300, 100, 700, 1100},     /* decreasing */
+        {0, 500, 400, 2000000, 1100}, /* past T */
+        {0, -64, 300, 1000, 900},     /* negative, and a last entry short of T */
+    };
+    if (tu_cuda_device_count() == 0) {
+        tu_skip_reason("no CUDA device");
+        return TU_SKIP;
+    }
+    cfg.nseq = 4;
+    memcpy(cfg.seqlens, lens, sizeof lens);
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    gdn_chunk_fwd_args host = tu_case_chunk_args(&c);
+    dev_args d;
+    int rc = TU_PASS;
+    if (!tu_expect(dev_make(&d, &host), "%s: device setup failed", name))
+        rc = TU_FAIL;
+    for (int i = 0; i < 3 && rc == TU_PASS; i++) {
+        if (cudaMemcpy(d.a.cu_seqlens.data, bad[i], sizeof bad[i], cudaMemcpyHostToDevice) != cudaSuccess) {
+            rc = TU_FAIL;
+            break;
+        }
+        const gdn_status st = gdn_chunk_fwd(&d.a);
+        const cudaError_t e = cudaDeviceSynchronize();
+        if (!tu_expect(st == GDN_OK && e == cudaSuccess, "%s, cu_seqlens %d: %s / %s", name, i, gdn_status_string(st),
+                       cudaGetErrorString(e)))
+            rc = TU_FAIL;
+    }
+    dev_free(&d);
+    tu_case_free(&c);
+    return rc;
+}
+
+static int test_malformed_cu(void)
+{
+    int rc = malformed_cu_case("few pairs (cooperative)", base(0, 2, 4, 128, 570));
+    tu_case_config k64 = base(0, 2, 4, 64, 571);
+    rc = combine(rc, malformed_cu_case("few pairs, K = 64 (cooperative)", k64));
+    return combine(rc, malformed_cu_case("many pairs (two kernels)", base(0, 4, 32, 128, 572)));
+}
+
 int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
@@ -563,6 +613,7 @@ int main(int argc, char **argv)
         {"workspace_least", test_workspace_least},
         {"head_dims_mixed", test_head_dims_mixed},
         {"graph_capture", test_graph_capture},
+        {"malformed_cu", test_malformed_cu},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }
