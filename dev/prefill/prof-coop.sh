@@ -7,6 +7,8 @@
 #   mainonly -DGDN_CHUNK_DEV_COOP_PROBE=2: from the second call on, the main pass alone (flags preset)
 #   noflag  =3: as mainonly, without the flag polls
 #   blk1, blk8  -DGDN_CHUNK_DEV_FLAG_BLOCK=1 / 8: the main pass polls per chunk / per 8 chunks
+#   h2, h4  -DGDN_CHUNK_DEV_PREP_HEADS=2 / 4: chunk_prep head groups of at most 2 / 4, no wave rule
+# SHAPES="..." picks the shapes of the per-variant table
 # VARIANTS="..." picks (default: main nocoop prep mainonly); NO_NCU=1 skips ncu
 #   base    with BASE=DIR (another revision's tree, carried): that tree as it is
 # test_cuda_chunk on main; bench_prefill per shape and variant (one shape per process: the probes
@@ -34,6 +36,8 @@ flags() {
     noflag) echo "-DGDN_CHUNK_DEV_COOP_PROBE=3" ;;
     blk1) echo "-DGDN_CHUNK_DEV_FLAG_BLOCK=1" ;;
     blk8) echo "-DGDN_CHUNK_DEV_FLAG_BLOCK=8" ;;
+    h2) echo "-DGDN_CHUNK_DEV_PREP_HEADS=2" ;;
+    h4) echo "-DGDN_CHUNK_DEV_PREP_HEADS=4" ;;
     esac
 }
 build() {
@@ -62,7 +66,7 @@ fi
 for v in main ${BASE:+base}; do
     [ -x /tmp/p_$v/bench_prefill ] && timeout 90 /tmp/p_$v/bench_prefill "$OUT/b_$v.txt" >"$LOGS/bench_$v.log" 2>&1
 done
-SHAPES="B1_T32768_H16_HV32 B2_T16384_H16_HV16"
+SHAPES=${SHAPES:-B1_T32768_H16_HV32 B2_T16384_H16_HV16}
 for s in $SHAPES; do
     for v in $VARIANTS; do
         [ -x /tmp/p_$v/bench_prefill ] && timeout 60 /tmp/p_$v/bench_prefill "$LOGS/b_${v}_$s.txt" $s >"$LOGS/bench_${v}_$s.log" 2>&1
