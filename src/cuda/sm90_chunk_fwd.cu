@@ -24,6 +24,11 @@
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (head groups of a key
  * head in chunk_prep; V tiles, then value heads in chunk_wg), so those tiles come from L2.
  *
+ * Few (sequence, head) pairs without CP (launch_coop): the main pass would leave most SMs idle and
+ * chunk_prep would run alone before it, so both run in one cooperative grid, chunk_prep as units
+ * of the spare CTAs (one per warpgroup), the main pass waiting on per-block counts of finished
+ * records.
+ *
  * Context parallelism (few (sequence, head) pairs, fixed-length sequences; plan_cp): the serial
  * chunk chain of a pair would keep only a few SMs busy, so each sequence is split into segments
  * of whole chunks. A segment maps its entering state affinely, S_out = M S_in + N (GDN_MATH.md's
@@ -40,8 +45,9 @@
  * Varlen: chunk slots are laid out per sequence without host knowledge of the lengths: sequence n
  * starts at slot floor(cu[n] / 64) + n, which leaves room for its ceil(len / 64) chunks; the
  * workspace holds floor(T / 64) + N + 1 slots per value head. cu_seqlens is read on the device only
- * and clamped into [0, T]. No atomics: results are bitwise reproducible. With CP, the workspace
- * also holds K (2 V + K) floats per (sequence, value head, segment).
+ * and clamped into [0, T]. No atomics in any arithmetic (launch_coop's counters only order the
+ * passes): results are bitwise reproducible. With CP, the workspace also holds K (2 V + K) floats
+ * per (sequence, value head, segment).
  */
 #include "cuda_common.cuh"
 #include "sm90_chunk_mma.cuh"
@@ -406,7 +412,6 @@ template <bool GROUPED> __device__ __forceinline__ prep_item prep_locate(const p
     return it;
 }
 
-/* launch_coop: the item's records are written (or it has none), for the main pass's copy threads. */
 /* launch_coop counts the items done per value head and block of FLAG_BLOCK slots: the main pass
  * polls once per block instead of once per chunk (a poll's round trip to L2 sits on its copy
  * threads' path: polling every chunk cost it 14 % at B1_T32768_H16_HV32, H100), at the price of
@@ -418,6 +423,7 @@ constexpr int FLAG_BLOCK = 4;
 #endif
 __host__ __device__ __forceinline__ int64_t flag_blocks(int64_t slots) { return (slots + FLAG_BLOCK - 1) / FLAG_BLOCK; }
 
+/* launch_coop: the item's records are written (or it has none): one more for its block. */
 __device__ __forceinline__ void prep_release(const params &p, int hv0, int nh, int64_t slot, int tid)
 {
     if (p.ready && tid < nh)
@@ -1029,9 +1035,10 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
 
 /* Few (sequence, head) pairs without CP: the main pass's CTAs (one per SM) leave most SMs idle,
  * and chunk_prep would run alone before it. launch_coop runs both in one cooperative grid of one
- * CTA per SM: the first coop_main CTAs are the main pass, whose copy warpgroup waits on a flag per
- * (chunk, value head) that the prep units in the other CTAs release after writing that chunk's
- * records (release / acquire at GPU scope). A cooperative launch guarantees that every CTA is
+ * CTA per SM: the first coop_main CTAs are the main pass; each other CTA runs three chunk_prep
+ * units (one per warpgroup), which count the items they finish per value head and block of
+ * FLAG_BLOCK slots (red.release); the main pass's copy warpgroup waits for a block's count (an
+ * acquire load) before copying its records. A cooperative launch guarantees that every CTA is
  * resident at once (or fails to launch), so the waits always end, also where kernels are
  * serialized (compute-sanitizer, profilers' replay). Taken when the main pass needs at most half
  * the SMs. GDN_CHUNK_DEV_NO_COOP turns it off (dev builds: comparisons). */
