@@ -29,6 +29,11 @@
  * S^T (1) and Vn^T (2) from the chain to the output warpgroup, give them back (4, 5), and order
  * the output staging tiles (3).
  *
+ * launch_coop: the same kernel in a cooperative grid; CTAs past coop_main run chunk_prep as three
+ * units (a warpgroup each, 72 KB of shared memory: two Q / K buffers, so that a unit fetches its
+ * next item during the current one), and the copy warpgroup waits for each block of FLAG_BLOCK
+ * slots' records before copying them.
+ *
  * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real
  * ones from a zero state (the first segment from the initial state) giving N^T, K more with v = 0
  * from the identity giving M^T; its final S^T (f32) to cp_pre. No output warpgroup and no Q, a
