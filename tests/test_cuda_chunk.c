@@ -564,7 +564,8 @@ static int malformed_cu_case(const char *name, tu_case_config cfg)
     if (!tu_expect(dev_make(&d, &host), "%s: device setup failed", name))
         rc = TU_FAIL;
     for (int i = 0; i < 3 && rc == TU_PASS; i++) {
-        if (cudaMemcpy(d.a.cu_seqlens.data, bad[i], sizeof bad[i], cudaMemcpyHostToDevice) != cudaSuccess) {
+        if (!tu_expect(cudaMemcpy(d.a.cu_seqlens.data, bad[i], sizeof bad[i], cudaMemcpyHostToDevice) == cudaSuccess,
+                       "%s: cu_seqlens copy failed", name)) {
             rc = TU_FAIL;
             break;
         }
@@ -582,8 +583,7 @@ static int malformed_cu_case(const char *name, tu_case_config cfg)
 static int test_malformed_cu(void)
 {
     int rc = malformed_cu_case("few pairs (cooperative)", base(0, 2, 4, 128, 570));
-    tu_case_config k64 = base(0, 2, 4, 64, 571);
-    rc = combine(rc, malformed_cu_case("few pairs, K = 64 (cooperative)", k64));
+    rc = combine(rc, malformed_cu_case("few pairs, K = 64 (cooperative)", base(0, 2, 4, 64, 571)));
     return combine(rc, malformed_cu_case("many pairs (two kernels)", base(0, 4, 32, 128, 572)));
 }
 

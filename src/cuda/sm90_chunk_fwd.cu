@@ -964,11 +964,15 @@ static int64_t prep_heads_for(const gdn_problem *p, int64_t slots)
 #endif
 }
 
-/* Bytes of the chunk workspace (Tb, Pm, coefficients), then of the CP buffers. */
+/* launch_coop's counters: one int per value head and block of FLAG_BLOCK slots. */
+static size_t coop_flag_bytes(int64_t slots, int64_t HV) { return (size_t)flag_blocks(slots) * (size_t)HV * sizeof(int); }
+
+/* Bytes of the chunk workspace (Tb, Pm, coefficients, then launch_coop's counters), then of the
+ * CP buffers. */
 static size_t chunk_ws_bytes(const gdn_problem *p)
 {
-    const size_t chunks = (size_t)slots_per_head(p) * (size_t)p->HV;
-    return chunks * WS_CHUNK + (chunks * sizeof(int) + 15) / 16 * 16; /* records, then launch_coop's flags */
+    const int64_t slots = slots_per_head(p);
+    return (size_t)slots * (size_t)p->HV * WS_CHUNK + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
 }
 
 static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
@@ -1094,7 +1098,7 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
     prm.probe = calls++ > 0 ? GDN_CHUNK_DEV_COOP_PROBE : 0;
     flags0 = prm.probe >= 2 ? 1 : 0;
 #endif
-    if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, (size_t)flag_blocks(prm.slots) * (size_t)p->HV * sizeof(int), stream),
+    if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, coop_flag_bytes(prm.slots, p->HV), stream),
                              "chunk flags")) != GDN_OK)
         return st;
     const cudaError_t e = launch_raw(wg, ctas, wg_cfg<false>::THREADS, WB, stream, prm, true);
