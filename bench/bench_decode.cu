@@ -16,6 +16,8 @@
  * With --pdl it times, for the T and B of --T / --B, the fast path with the launcher's tile
  * launched with and without programmatic dependent launch (hot and cold): the data behind the
  * launcher's tma_use_pdl.
+ * With --stage it times single-token calls (the B of --B) with one token staged per CTA (the
+ * launcher's choice) and with a chunk of kTokenChunk, on the launcher's tile and two others.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -398,14 +400,14 @@ static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype s
 
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
  * stream serialization (pdl) or plainly. */
-template <typename StateT>
+template <typename StateT, int TC = kTokenChunk>
 static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
                        double *hot = NULL)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
+    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, TC>()));
     return time_kernel(
         stream, B, T, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
@@ -418,7 +420,7 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
             attr[0].val.programmaticStreamSerializationAllowed = 1;
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 1 : 0;
-            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, p, rows));
+            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, TC>, p, rows));
         },
         hot);
 }
@@ -445,6 +447,51 @@ static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                        (long long)(B * HV * ((V + rows - 1) / rows)), h0, c0, h1, c1);
                 fflush(stdout);
             }
+        }
+    }
+}
+
+/* Single-token calls: the fast path staging one token (TC = 1, the launcher's choice) against
+ * staging a chunk of kTokenChunk, with the launcher's tile and PDL rule, and other tiles with one
+ * token staged; hot / cold us for the B of --B. */
+static void run_stage(cudaStream_t stream, size_t l2, double copy, int sms, const std::vector<int64_t> &Bs)
+{
+    printf("\nsingle-token stage size, fast path (us hot / cold, %% of copy cold)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t B : Bs) {
+            const gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+            const double bytes = call_bytes(B, 1, sd);
+            int rows = sdi ? 128 : 64;
+            while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
+                rows /= 2;
+            const int warps = std::min(sdi == 0 ? 2 : 4, rows / 8);
+            auto pdl_for = [&](int r) {
+                const int64_t ctas = B * HV * ((V + r - 1) / r);
+                return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
+            };
+            printf("stage %s T=1 B=%lld |", sdi ? "bf16" : "f32", (long long)B);
+            struct Shape {
+                int tc, rows, warps;
+            };
+            std::vector<Shape> shapes = {{8, rows, warps}, {1, rows, warps}};
+            if (rows >= 32) {
+                shapes.push_back({1, rows, 4});
+                shapes.push_back({1, rows / 2, sdi ? 4 : 2});
+            }
+            for (const Shape &sh : shapes) {
+                double hot, cold;
+                const bool pdl = pdl_for(sh.rows);
+                if (sh.tc == 8)
+                    cold = sdi ? time_tma<__nv_bfloat16, 8>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot)
+                               : time_tma<float, 8>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot);
+                else
+                    cold = sdi ? time_tma<__nv_bfloat16, 1>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot)
+                               : time_tma<float, 1>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot);
+                printf(" tc%d %dx%d %.2f/%.2f (%.1f%%)", sh.tc, sh.rows, sh.warps, hot, cold,
+                       100.0 * bytes / (cold * 1e3) / copy);
+            }
+            printf("\n");
+            fflush(stdout);
         }
     }
 }
@@ -508,7 +555,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, pdl = false;
+    bool variants = false, pdl = false, stage = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -517,6 +564,8 @@ int main(int argc, char **argv)
             variants = true;
         else if (!strcmp(argv[i], "--pdl"))
             pdl = true;
+        else if (!strcmp(argv[i], "--stage"))
+            stage = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -567,6 +616,8 @@ int main(int argc, char **argv)
         run_variants(stream, l2, copy);
     if (pdl)
         run_pdl(stream, l2, Ts, Bs);
+    if (stage)
+        run_stage(stream, l2, copy, prop.multiProcessorCount, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

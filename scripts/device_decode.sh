@@ -11,6 +11,7 @@
 # Logs and the results file (decode-results.txt) go to $OUT.
 #   device tool:  bash scripts/device_decode.sh            (carry .peers/fla for the FLA numbers)
 #   options (env): DECODE_VARIANTS=1 also times tile variants; DECODE_SKIP_TESTS=1 benchmarks only;
+#   DECODE_NO_BENCH=1 stops after the tests;
 #   DECODE_COMMIT names the commit in the results (the device copy of the tree has no git).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ t0=$(date +%s)
 cat > "$BUILD/chunk_stub.cu" <<'EOF'
 #include "cuda/cuda_common.cuh"
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p) { (void)p; return 0; }
+extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p) { (void)p; return 0; }
 extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
 {
     (void)p;
@@ -74,6 +76,11 @@ if [ "${DECODE_SKIP_TESTS:-0}" != 1 ]; then
         > "$OUT/memcheck.log" 2>&1
     san_rc=$?
     grep -E "ERROR SUMMARY|passed|Invalid" "$OUT/memcheck.log" | head -10
+fi
+
+if [ "${DECODE_NO_BENCH:-0}" = 1 ]; then
+    echo "tests rc=$tests_rc memcheck rc=$san_rc"
+    exit 0
 fi
 
 step "bench (libgdn)"

@@ -73,7 +73,7 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
     if (warps > rows / ROWS_PER_WARP)
         warps = rows / ROWS_PER_WARP;
     const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
-    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
+    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, kTokenChunk>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
     int sms = 0;
@@ -92,8 +92,9 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = tma_use_pdl(ctas, sms) ? 1 : 0;
-    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, rows),
-                          "gdn_recurrent_fwd: kernel launch");
+    return gdn_cuda_check(
+        cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL, kTokenChunk>, prm, rows),
+        "gdn_recurrent_fwd: kernel launch");
 }
 
 template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)

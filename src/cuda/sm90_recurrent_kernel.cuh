@@ -44,61 +44,90 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
     return K >= 256 ? 1 : 256 / K;
 }
 
-/* Shared staging of one chunk of tokens. */
-template <int K, int ROWS_PER_CTA> struct TokenStage {
-    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
-    alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
-    float v[kTokenChunk][ROWS_PER_CTA];
-    float e[kTokenChunk], beta[kTokenChunk], kq[kTokenChunk];
+/* Shared staging of one chunk of up to TC tokens. */
+template <int K, int ROWS_PER_CTA, int TC = kTokenChunk> struct TokenStage {
+    alignas(16) float q[TC][K]; /* l2-normalised (if asked) and scaled by `scale` */
+    alignas(16) float k[TC][K]; /* l2-normalised (if asked) */
+    float v[TC][ROWS_PER_CTA];
+    float e[TC], beta[TC], kq[TC];
 };
 
+/* The inputs of token t of row b (key head h, value head hv) as one warp holds them: lane l has
+ * q and k at keys l, l + 32, .. as loaded (InT); token_inputs issues every load of the token
+ * before any is used (stage_token converts them), so staging a token costs one round trip to
+ * memory (ncu at T = 8: the dependent gate loads were the tile kernel's largest stall). */
+template <int K, typename InT> struct TokenInputs {
+    InT q[K / 32], k[K / 32];
+    GateInputs gates;
+};
+
+template <int K, typename InT>
+__device__ __forceinline__ TokenInputs<K, InT> token_inputs(const RecurrentParams &p, int64_t b, int64_t t, int h,
+                                                            int hv, int lane)
+{
+    const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
+    const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
+    TokenInputs<K, InT> in;
+#pragma unroll
+    for (int i = 0; i < K / 32; i++) {
+        const int64_t d = lane + 32 * i;
+        in.q[i] = q[d * p.q_s[3]];
+        in.k[i] = k[d * p.k_s[3]];
+    }
+    in.gates = gate_inputs(p, b, t, hv);
+    return in;
+}
+
+/* Stages token j of st from its inputs (one warp): q l2-normalised (if asked) and scaled, k
+ * l2-normalised (if asked), k.q, the decay exp(g) and beta. */
+template <int K, typename InT, typename Stage>
+__device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st, int j, const TokenInputs<K, InT> &in,
+                                            int lane)
+{
+    float qv[K / 32], kv[K / 32];
+    float sq = 0.0f, sk = 0.0f, qk = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K / 32; i++) {
+        qv[i] = gdn_to_f32<InT>(in.q[i]);
+        kv[i] = gdn_to_f32<InT>(in.k[i]);
+        sq = fmaf(qv[i], qv[i], sq);
+        sk = fmaf(kv[i], kv[i], sk);
+        qk = fmaf(qv[i], kv[i], qk);
+    }
+    float e, beta;
+    gate_values(p, in.gates, &e, &beta);
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) {
+        sq += __shfl_xor_sync(0xffffffffu, sq, m);
+        sk += __shfl_xor_sync(0xffffffffu, sk, m);
+        qk += __shfl_xor_sync(0xffffffffu, qk, m);
+    }
+    float rq = p.scale, rk = 1.0f;
+    if (p.use_qk_l2norm) {
+        rq = p.scale / sqrtf(sq + 1e-6f);
+        rk = 1.0f / sqrtf(sk + 1e-6f);
+    }
+#pragma unroll
+    for (int i = 0; i < K / 32; i++) {
+        st.q[j][lane + 32 * i] = qv[i] * rq;
+        st.k[j][lane + 32 * i] = kv[i] * rk;
+    }
+    if (lane == 0) {
+        st.kq[j] = qk * rq * rk;
+        st.e[j] = e;
+        st.beta[j] = beta;
+    }
+}
+
 /* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. */
-template <int K, typename InT, int ROWS_PER_CTA>
-__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA> &st, int64_t b,
+template <int K, typename InT, int ROWS_PER_CTA, int TC>
+__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA, TC> &st, int64_t b,
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
-    constexpr int PER_LANE = K / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     /* token j goes to warp (j + 1) % W: warp 0 may be busy issuing the state copies */
-    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += nwarps) {
-        const int64_t t = tok0 + j;
-        const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
-        const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
-        float qv[PER_LANE], kv[PER_LANE];
-        float sq = 0.0f, sk = 0.0f, qk = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
-            const int64_t d = lane + 32 * i;
-            qv[i] = gdn_to_f32<InT>(q[d * p.q_s[3]]);
-            kv[i] = gdn_to_f32<InT>(k[d * p.k_s[3]]);
-            sq = fmaf(qv[i], qv[i], sq);
-            sk = fmaf(kv[i], kv[i], sk);
-            qk = fmaf(qv[i], kv[i], qk);
-        }
-        float e, beta;
-        token_gates(p, b, t, hv, &e, &beta);
-#pragma unroll
-        for (int m = 16; m >= 1; m /= 2) {
-            sq += __shfl_xor_sync(0xffffffffu, sq, m);
-            sk += __shfl_xor_sync(0xffffffffu, sk, m);
-            qk += __shfl_xor_sync(0xffffffffu, qk, m);
-        }
-        float rq = p.scale, rk = 1.0f;
-        if (p.use_qk_l2norm) {
-            rq = p.scale / sqrtf(sq + 1e-6f);
-            rk = 1.0f / sqrtf(sk + 1e-6f);
-        }
-#pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
-            st.q[j][lane + 32 * i] = qv[i] * rq;
-            st.k[j][lane + 32 * i] = kv[i] * rk;
-        }
-        if (lane == 0) {
-            st.kq[j] = qk * rq * rk;
-            st.e[j] = e;
-            st.beta[j] = beta;
-        }
-    }
+    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += nwarps)
+        stage_token<K, InT>(p, st, j, token_inputs<K, InT>(p, b, tok0 + j, h, hv, lane), lane);
     for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
         const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
         const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
@@ -160,8 +189,8 @@ template <int N> __device__ __forceinline__ void reduce_scatter8(float *x, int g
  * c updated here), o, and the per-step state writes. srow: the rows' index into the staged v.
  * t: token index within the sequence; o: the token's output at (b, tok, hv), advanced by the
  * caller (no 64-bit multiplies per token). */
-template <int K, typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC, int STAGE_ROWS>
-__device__ __forceinline__ void token_step(const RecurrentParams &p, const TokenStage<K, STAGE_ROWS> &st, int j,
+template <int K, typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC, typename Stage>
+__device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage &st, int j,
                                            float (*s)[EPL], float &c, const int *rows, const bool *row_ok,
                                            const int *srow, int gl, int64_t n, int hv, int64_t t, InT *o,
                                            int64_t packed0)
@@ -326,11 +355,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
-            stage_tokens<K, InT, MAX_ROWS_PER_CTA>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
+            stage_tokens<K, InT, MAX_ROWS_PER_CTA, kTokenChunk>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
             InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
             for (int j = 0; j < tc; j++, o += p.o_s[1])
-                token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC, MAX_ROWS_PER_CTA>(
+                token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC>(
                     p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
         }
         store_final<StateT, RPL, EPL, VE, NV, VEC>(p, src, n, hv, rows, row_ok, gl, s, c);
@@ -352,7 +381,7 @@ template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
  * passes compute while the later rows are still arriving. */
-template <int K, typename StateT, typename InT, int RPL>
+template <int K, typename StateT, typename InT, int RPL, int TC>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
@@ -363,7 +392,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
     static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
-    __shared__ TokenStage<K, TILE_ROWS> st;
+    __shared__ TokenStage<K, TILE_ROWS, TC> st;
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
     __shared__ StateT *s_src;                        /* warp 0's slot lookup, for the whole CTA */
@@ -420,8 +449,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         if (!p.state_indices && !p.state_in) /* no initial state: zeros */
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
-        stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        const int tc0 = (int)(len < TC ? len : TC);
+        stage_tokens<K, InT, TILE_ROWS, TC>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
         if (!s_live) { /* skipped: uniform over the CTA */
@@ -439,13 +468,13 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
+        const int64_t chunks = len > 0 ? (len + TC - 1) / TC : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * kTokenChunk;
-            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            const int64_t t0 = ci * TC;
+            const int tc = (int)(len - t0 < TC ? len - t0 : TC);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
-                stage_tokens<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                stage_tokens<K, InT, TILE_ROWS, TC>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
                 __syncthreads();
             }
             const bool last = ci == chunks - 1;
@@ -470,7 +499,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                                                    1, &s[r][cc * VE]);
                 InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
                 for (int j = 0; j < tc; j++, o += p.o_s[1])
-                    token_step<K, StateT, InT, RPL, EPL, VE, NV, true, TILE_ROWS>(
+                    token_step<K, StateT, InT, RPL, EPL, VE, NV, true>(
                         p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
                 if (last) {
                     store_final<StateT, RPL, EPL, VE, NV, true>(p, src, n, hv, rows, row_ok, gl, s, c);
@@ -492,9 +521,9 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
 
 /* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
-template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shared_tma_kernel()
+template <int K, typename StateT, typename InT, int RPL, int TC> cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>,
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, TC>,
                                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                                         (int)cudaSharedmemCarveoutMaxShared);
     return err;

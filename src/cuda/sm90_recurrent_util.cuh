@@ -72,15 +72,6 @@ __device__ __forceinline__ bool slot_valid(const RecurrentParams &p, int64_t slo
     return slot >= (p.null_slot_zero ? 1 : 0) && slot < p.num_slots;
 }
 
-__device__ __forceinline__ float load_any(const void *base, gdn_dtype dt, int64_t off)
-{
-    switch (dt) {
-    case GDN_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)base)[off]);
-    case GDN_DTYPE_F16: return __half2float(((const __half *)base)[off]);
-    default: return ((const float *)base)[off];
-    }
-}
-
 template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
     T x[N];
 };
@@ -229,20 +220,60 @@ __device__ __forceinline__ float softplus(float x, float beta_sp, float threshol
     return bx > threshold ? x : log1pf(expf(bx)) / beta_sp;
 }
 
-/* Decay exp(g) and write strength beta of token t of value head hv. */
-__device__ __forceinline__ void token_gates(const RecurrentParams &p, int64_t b, int64_t t, int hv, float *e,
-                                            float *beta)
+/* The bits of element off of base (dtype dt), to be converted by bits_to_f32 after every load of
+ * a token is in flight: a conversion right after its load would wait for it, and the loads that
+ * follow it in program order would start one memory round trip later. */
+__device__ __forceinline__ uint32_t load_bits(const void *base, gdn_dtype dt, int64_t off)
 {
-    float g;
-    if (p.g) {
-        g = p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]];
-    } else {
-        const float x = load_any(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]) +
-                        (p.dt_bias ? p.dt_bias[hv * p.dt_s] : 0.0f);
-        g = -expf(p.A_log[hv]) * softplus(x, p.softplus_beta, p.softplus_threshold);
+    switch (dt) {
+    case GDN_DTYPE_BF16:
+    case GDN_DTYPE_F16: return ((const uint16_t *)base)[off];
+    default: return ((const uint32_t *)base)[off];
     }
+}
+
+__device__ __forceinline__ float bits_to_f32(uint32_t x, gdn_dtype dt)
+{
+    switch (dt) {
+    case GDN_DTYPE_BF16: return __uint_as_float(x << 16);
+    case GDN_DTYPE_F16: return __half2float(__ushort_as_half((unsigned short)x));
+    default: return __uint_as_float(x);
+    }
+}
+
+/* The gate inputs of token t of value head hv, loaded (gate_inputs) apart from their use
+ * (gate_values). */
+struct GateInputs {
+    uint32_t x;   /* g (f32 bits), or a (a_dtype bits) */
+    float dt;     /* dt_bias (0 without) */
+    float alog;   /* A_log (unused with g) */
+    uint32_t b;   /* beta, or its logit (beta_dtype bits) */
+};
+
+__device__ __forceinline__ GateInputs gate_inputs(const RecurrentParams &p, int64_t b, int64_t t, int hv)
+{
+    GateInputs gi;
+    gi.dt = 0.0f, gi.alog = 0.0f;
+    if (p.g) {
+        gi.x = __float_as_uint(p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]]);
+    } else {
+        gi.x = load_bits(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]);
+        if (p.dt_bias)
+            gi.dt = p.dt_bias[hv * p.dt_s];
+        gi.alog = p.A_log[hv];
+    }
+    gi.b = load_bits(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]);
+    return gi;
+}
+
+/* Decay exp(g) and write strength beta from the gate inputs. */
+__device__ __forceinline__ void gate_values(const RecurrentParams &p, const GateInputs &gi, float *e, float *beta)
+{
+    const float g = p.g ? __uint_as_float(gi.x)
+                        : -expf(gi.alog) * softplus(bits_to_f32(gi.x, p.a_dtype) + gi.dt, p.softplus_beta,
+                                                    p.softplus_threshold);
     *e = expf(g);
-    float bt = load_any(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2]);
+    float bt = bits_to_f32(gi.b, p.beta_dtype);
     if (p.beta_from_logits) {
         bt = 1.0f / (1.0f + expf(-bt));
         if (p.allow_neg_eigval)
