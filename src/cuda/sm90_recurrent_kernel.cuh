@@ -119,15 +119,27 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
     }
 }
 
-/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. */
-template <int K, typename InT, int ROWS_PER_CTA, int TC>
+/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. (Loading the first v
+ * values into registers before the tokens measured slower: the fast path's register count rose
+ * past five CTAs per SM, and capping it slowed the token loop.) */
+template <int K, typename InT, int ROWS_PER_CTA, int TC, bool PAIR>
 __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA, TC> &st, int64_t b,
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    /* token j goes to warp (j + 1) % W: warp 0 may be busy issuing the state copies */
-    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += nwarps)
-        stage_token<K, InT>(p, st, j, token_inputs<K, InT>(p, b, tok0 + j, h, hv, lane), lane);
+    /* token j goes to warp (j + 1) % W: warp 0 may be busy issuing the state copies; with PAIR a
+     * warp with two or more tokens has the loads of two in flight at once (more registers: the
+     * fast path's state is not in registers yet, the generic path's is) */
+    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += (PAIR ? 2 : 1) * nwarps) {
+        const TokenInputs<K, InT> in0 = token_inputs<K, InT>(p, b, tok0 + j, h, hv, lane);
+        if (PAIR && j + nwarps < tc) {
+            const TokenInputs<K, InT> in1 = token_inputs<K, InT>(p, b, tok0 + j + nwarps, h, hv, lane);
+            stage_token<K, InT>(p, st, j, in0, lane);
+            stage_token<K, InT>(p, st, j + nwarps, in1, lane);
+        } else {
+            stage_token<K, InT>(p, st, j, in0, lane);
+        }
+    }
     for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
         const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
         const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
@@ -355,7 +367,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
-            stage_tokens<K, InT, MAX_ROWS_PER_CTA, kTokenChunk>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
+            stage_tokens<K, InT, MAX_ROWS_PER_CTA, kTokenChunk, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
             InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
             for (int j = 0; j < tc; j++, o += p.o_s[1])
@@ -450,7 +462,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
         const int tc0 = (int)(len < TC ? len : TC);
-        stage_tokens<K, InT, TILE_ROWS, TC>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        stage_tokens<K, InT, TILE_ROWS, TC, (K <= 128)>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
         if (!s_live) { /* skipped: uniform over the CTA */
@@ -474,7 +486,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             const int tc = (int)(len - t0 < TC ? len - t0 : TC);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
-                stage_tokens<K, InT, TILE_ROWS, TC>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                stage_tokens<K, InT, TILE_ROWS, TC, (K <= 128)>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
                 __syncthreads();
             }
             const bool last = ci == chunks - 1;
