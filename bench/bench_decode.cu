@@ -508,6 +508,31 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     });
 }
 
+/* The register path (16-byte state pieces straight to registers) against the launcher's tile
+ * (cold us, % of copy), for the T and B of --T / --B: RPL 2 and 4 rows per lane, 1, 2 and 4 warps. */
+static void run_regs(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
+                     const std::vector<int64_t> &Bs)
+{
+    printf("\nregister path against the launcher's tile (cold us, %% of copy)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                const gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+                const double bytes = call_bytes(B, T, sd);
+                printf("regs %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
+                for (int w : {1, 2, 4}) {
+                    double u2 = sdi ? time_regs<__nv_bfloat16, 2>(stream, B, T, w, l2) : time_regs<float, 2>(stream, B, T, w, l2);
+                    double u4 = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, w, l2) : time_regs<float, 4>(stream, B, T, w, l2);
+                    printf(" 2x%d %.2f (%.1f%%) 4x%d %.2f (%.1f%%)", w, u2, 100.0 * bytes / (u2 * 1e3) / copy, w, u4,
+                           100.0 * bytes / (u4 * 1e3) / copy);
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+    }
+}
+
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
 {
     printf("\nvariants (cold us, %% of copy): tma rows x warps ..., regs RPL x warps\n");
@@ -555,7 +580,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, pdl = false, stage = false;
+    bool variants = false, pdl = false, stage = false, regs = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -566,6 +591,8 @@ int main(int argc, char **argv)
             pdl = true;
         else if (!strcmp(argv[i], "--stage"))
             stage = true;
+        else if (!strcmp(argv[i], "--regs"))
+            regs = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -618,6 +645,8 @@ int main(int argc, char **argv)
         run_pdl(stream, l2, Ts, Bs);
     if (stage)
         run_stage(stream, l2, copy, prop.multiProcessorCount, Bs);
+    if (regs)
+        run_regs(stream, l2, copy, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }
