@@ -533,6 +533,33 @@ static void run_regs(cudaStream_t stream, size_t l2, double copy, const std::vec
     }
 }
 
+/* Fast-path tiles (rows x warps) and the register path (4 rows per lane x 4 warps) for the T and B
+ * of --T / --B (cold us, % of copy): the data behind the launcher's tile choice. */
+static void run_tiles(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
+                      const std::vector<int64_t> &Bs)
+{
+    printf("\nfast-path tiles and the register path (cold us, %% of copy)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                const double bytes = call_bytes(B, T, sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32);
+                printf("tiles %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
+                const int shapes[][2] = {{128, 4}, {64, 4}, {64, 2}, {32, 4}, {32, 2}, {16, 2}};
+                for (const auto &sh : shapes) {
+                    if (!sdi && sh[0] > 64)
+                        continue;
+                    const double us = sdi ? time_tma<__nv_bfloat16>(stream, B, T, sh[0], sh[1], l2, true)
+                                          : time_tma<float>(stream, B, T, sh[0], sh[1], l2, true);
+                    printf(" %dx%d %.2f (%.1f%%)", sh[0], sh[1], us, 100.0 * bytes / (us * 1e3) / copy);
+                }
+                const double us = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, 4, l2) : time_regs<float, 4>(stream, B, T, 4, l2);
+                printf(" | regs 4x4 %.2f (%.1f%%)\n", us, 100.0 * bytes / (us * 1e3) / copy);
+                fflush(stdout);
+            }
+        }
+    }
+}
+
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
 {
     printf("\nvariants (cold us, %% of copy): tma rows x warps ..., regs RPL x warps\n");
@@ -580,7 +607,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, pdl = false, stage = false, regs = false;
+    bool variants = false, pdl = false, stage = false, regs = false, tiles = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -593,6 +620,8 @@ int main(int argc, char **argv)
             stage = true;
         else if (!strcmp(argv[i], "--regs"))
             regs = true;
+        else if (!strcmp(argv[i], "--tiles"))
+            tiles = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -647,6 +676,8 @@ int main(int argc, char **argv)
         run_stage(stream, l2, copy, prop.multiProcessorCount, Bs);
     if (regs)
         run_regs(stream, l2, copy, Ts, Bs);
+    if (tiles)
+        run_tiles(stream, l2, copy, Ts, Bs);
     CK(cudaStreamDestroy(stream));
     return 0;
 }
