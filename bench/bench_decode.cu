@@ -16,8 +16,6 @@
  * With --pdl it times, for the T and B of --T / --B, the fast path with the launcher's tile
  * launched with and without programmatic dependent launch (hot and cold): the data behind the
  * launcher's tma_use_pdl.
- * With --stage it times single-token calls (the B of --B) with one token staged per CTA (the
- * launcher's choice) and with a chunk of kTokenChunk, on the launcher's tile and two others.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -341,6 +339,12 @@ static void time_api(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype sd, si
         free_set(s);
 }
 
+/* Percent of the copy ceiling (GB/s) reached by moving `bytes` in `us`. */
+static double pct_copy(double bytes, double us, double copy)
+{
+    return 100.0 * bytes / (us * 1e3) / copy;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Tile variants, launched directly (state pool VK, in place, shape of the issue)              */
 
@@ -400,14 +404,14 @@ static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype s
 
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
  * stream serialization (pdl) or plainly. */
-template <typename StateT, int TC = kTokenChunk>
+template <typename StateT>
 static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
                        double *hot = NULL)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, TC>()));
+    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
     return time_kernel(
         stream, B, T, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
@@ -420,7 +424,7 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
             attr[0].val.programmaticStreamSerializationAllowed = 1;
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 1 : 0;
-            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, TC>, p, rows));
+            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, p, rows));
         },
         hot);
 }
@@ -433,10 +437,9 @@ static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
-                int rows = sdi ? 128 : 64;
-                while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
-                    rows /= 2;
-                const int warps = std::min(sdi == 0 && T == 1 ? 2 : 4, rows / 8);
+                const TmaTile tile = sdi ? tma_tile<128, __nv_bfloat16>(B, HV, V, T, false)
+                                         : tma_tile<128, float>(B, HV, V, T, false);
+                const int rows = tile.rows, warps = tile.warps;
                 double h0, c0, h1, c1;
                 c0 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, false, &h0)
                          : time_tma<float>(stream, B, T, rows, warps, l2, false, &h0);
@@ -447,51 +450,6 @@ static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                        (long long)(B * HV * ((V + rows - 1) / rows)), h0, c0, h1, c1);
                 fflush(stdout);
             }
-        }
-    }
-}
-
-/* Single-token calls: the fast path staging one token (TC = 1, the launcher's choice) against
- * staging a chunk of kTokenChunk, with the launcher's tile and PDL rule, and other tiles with one
- * token staged; hot / cold us for the B of --B. */
-static void run_stage(cudaStream_t stream, size_t l2, double copy, int sms, const std::vector<int64_t> &Bs)
-{
-    printf("\nsingle-token stage size, fast path (us hot / cold, %% of copy cold)\n");
-    for (int sdi = 0; sdi < 2; sdi++) {
-        for (int64_t B : Bs) {
-            const gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-            const double bytes = call_bytes(B, 1, sd);
-            int rows = sdi ? 128 : 64;
-            while (rows > 8 && B * HV * ((V + rows - 1) / rows) < 256)
-                rows /= 2;
-            const int warps = std::min(sdi == 0 ? 2 : 4, rows / 8);
-            auto pdl_for = [&](int r) {
-                const int64_t ctas = B * HV * ((V + r - 1) / r);
-                return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
-            };
-            printf("stage %s T=1 B=%lld |", sdi ? "bf16" : "f32", (long long)B);
-            struct Shape {
-                int tc, rows, warps;
-            };
-            std::vector<Shape> shapes = {{8, rows, warps}, {1, rows, warps}};
-            if (rows >= 32) {
-                shapes.push_back({1, rows, 4});
-                shapes.push_back({1, rows / 2, sdi ? 4 : 2});
-            }
-            for (const Shape &sh : shapes) {
-                double hot, cold;
-                const bool pdl = pdl_for(sh.rows);
-                if (sh.tc == 8)
-                    cold = sdi ? time_tma<__nv_bfloat16, 8>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot)
-                               : time_tma<float, 8>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot);
-                else
-                    cold = sdi ? time_tma<__nv_bfloat16, 1>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot)
-                               : time_tma<float, 1>(stream, B, 1, sh.rows, sh.warps, l2, pdl, &hot);
-                printf(" tc%d %dx%d %.2f/%.2f (%.1f%%)", sh.tc, sh.rows, sh.warps, hot, cold,
-                       100.0 * bytes / (cold * 1e3) / copy);
-            }
-            printf("\n");
-            fflush(stdout);
         }
     }
 }
@@ -508,12 +466,12 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     });
 }
 
-/* The register path (16-byte state pieces straight to registers) against the launcher's tile
- * (cold us, % of copy), for the T and B of --T / --B: RPL 2 and 4 rows per lane, 1, 2 and 4 warps. */
+/* The register path (16-byte state pieces straight to registers; cold us, % of copy) for the T and
+ * B of --T / --B: RPL 2 and 4 rows per lane, 1, 2 and 4 warps (the main table times the launcher). */
 static void run_regs(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Ts,
                      const std::vector<int64_t> &Bs)
 {
-    printf("\nregister path against the launcher's tile (cold us, %% of copy)\n");
+    printf("\nregister path (cold us, %% of copy)\n");
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
@@ -523,8 +481,8 @@ static void run_regs(cudaStream_t stream, size_t l2, double copy, const std::vec
                 for (int w : {1, 2, 4}) {
                     double u2 = sdi ? time_regs<__nv_bfloat16, 2>(stream, B, T, w, l2) : time_regs<float, 2>(stream, B, T, w, l2);
                     double u4 = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, w, l2) : time_regs<float, 4>(stream, B, T, w, l2);
-                    printf(" 2x%d %.2f (%.1f%%) 4x%d %.2f (%.1f%%)", w, u2, 100.0 * bytes / (u2 * 1e3) / copy, w, u4,
-                           100.0 * bytes / (u4 * 1e3) / copy);
+                    printf(" 2x%d %.2f (%.1f%%) 4x%d %.2f (%.1f%%)", w, u2, pct_copy(bytes, u2, copy), w, u4,
+                           pct_copy(bytes, u4, copy));
                 }
                 printf("\n");
                 fflush(stdout);
@@ -550,10 +508,10 @@ static void run_tiles(cudaStream_t stream, size_t l2, double copy, const std::ve
                         continue;
                     const double us = sdi ? time_tma<__nv_bfloat16>(stream, B, T, sh[0], sh[1], l2, true)
                                           : time_tma<float>(stream, B, T, sh[0], sh[1], l2, true);
-                    printf(" %dx%d %.2f (%.1f%%)", sh[0], sh[1], us, 100.0 * bytes / (us * 1e3) / copy);
+                    printf(" %dx%d %.2f (%.1f%%)", sh[0], sh[1], us, pct_copy(bytes, us, copy));
                 }
                 const double us = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, 4, l2) : time_regs<float, 4>(stream, B, T, 4, l2);
-                printf(" | regs 4x4 %.2f (%.1f%%)\n", us, 100.0 * bytes / (us * 1e3) / copy);
+                printf(" | regs 4x4 %.2f (%.1f%%)\n", us, pct_copy(bytes, us, copy));
                 fflush(stdout);
             }
         }
@@ -577,11 +535,11 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
                         continue;
                     double us = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, w, l2)
                                     : time_tma<float>(stream, B, T, rows, w, l2);
-                    printf(" tma %dx%d %.2f (%.0f%%)", rows, w, us, 100.0 * bytes / (us * 1e3) / copy);
+                    printf(" tma %dx%d %.2f (%.0f%%)", rows, w, us, pct_copy(bytes, us, copy));
                 }
             }
             double us = sdi ? time_regs<__nv_bfloat16, 4>(stream, B, T, 1, l2) : time_regs<float, 4>(stream, B, T, 1, l2);
-            printf(" | regs 4x1 %.2f (%.0f%%)\n", us, 100.0 * bytes / (us * 1e3) / copy);
+            printf(" | regs 4x1 %.2f (%.0f%%)\n", us, pct_copy(bytes, us, copy));
             fflush(stdout);
         }
     }
@@ -607,7 +565,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, pdl = false, stage = false, regs = false, tiles = false;
+    bool variants = false, pdl = false, regs = false, tiles = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -616,8 +574,6 @@ int main(int argc, char **argv)
             variants = true;
         else if (!strcmp(argv[i], "--pdl"))
             pdl = true;
-        else if (!strcmp(argv[i], "--stage"))
-            stage = true;
         else if (!strcmp(argv[i], "--regs"))
             regs = true;
         else if (!strcmp(argv[i], "--tiles"))
@@ -658,7 +614,7 @@ int main(int argc, char **argv)
                 time_api(stream, B, T, sd, l2, &hot, &cold);
                 double bytes = call_bytes(B, T, sd);
                 printf("%-5s %2lld %4lld %10.2f %10.2f %9.0f %6.1f%%\n", sd == GDN_DTYPE_F32 ? "f32" : "bf16",
-                       (long long)T, (long long)B, hot, cold, bytes / (cold * 1e3), 100.0 * bytes / (cold * 1e3) / copy);
+                       (long long)T, (long long)B, hot, cold, bytes / (cold * 1e3), pct_copy(bytes, cold, copy));
                 fflush(stdout);
                 if (tsv)
                     fprintf(tsv, "%s\t%lld\t%lld\t%.3f\t%.3f\t%.0f\n", sd == GDN_DTYPE_F32 ? "f32" : "bf16",
@@ -672,8 +628,6 @@ int main(int argc, char **argv)
         run_variants(stream, l2, copy);
     if (pdl)
         run_pdl(stream, l2, Ts, Bs);
-    if (stage)
-        run_stage(stream, l2, copy, prop.multiProcessorCount, Bs);
     if (regs)
         run_regs(stream, l2, copy, Ts, Bs);
     if (tiles)

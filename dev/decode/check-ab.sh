@@ -4,7 +4,7 @@
 # scripts/device_decode.sh in .stage/base/scripts). Builds both as scripts/device_decode.sh does;
 # runs this tree's tests, memcheck and (RACE=1) racecheck; times bench_decode of both at T = TS,
 # B = BS (env) and prints the two tables side by side (cold us, this / base), then EXTRA args'
-# bench output of this tree (e.g. EXTRA="--stage --B 1,64,128").
+# bench output of this tree (e.g. EXTRA="--tiles --T 4 --B 64").
 #   run(command="bash dev/decode/check-ab.sh", carry=[".stage/base"], kind="nvidia-h100-x1")
 set -u -o pipefail
 cd "$(dirname "$0")/../.."

@@ -42,43 +42,14 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
-/* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
- * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs. Measured on
- * the H100 (dev/decode/README.md; K = V = 128, about 5 resident CTAs per SM, calls back to back
- * under graph replay): 0.5-1.0 us faster per call when the grid has at most 2 CTAs per SM (B = 1;
- * bf16 B = 8) and 0-4% faster when it takes more than one wave (B >= 32), but 4-18% slower at
- * 3.9 CTAs per SM (f32 B = 8; an inference: the next call's CTAs take the free places early and
- * end up spread unevenly). */
-bool tma_use_pdl(int64_t ctas, int sms)
-{
-    return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
-}
-
 /* The fast path: bulk copies of whole rows into a shared-memory tile. */
 template <int K, typename StateT, typename InT> gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
-    constexpr int ROWS_PER_WARP = 4 * RPL;
-    /* The largest tile that still gives about two CTAs per SM (132 on an H100). Two warps per CTA
-     * for f32 single-token decode (more CTAs fit per SM), four otherwise (the token loop is
-     * compute; bf16 tiles hold twice the rows). Measured: bench_decode --variants. */
-    int rows = tile_rows<K, StateT>();
-    /* bf16 state, two tokens: half the tile measured faster from 2048 (sequence, head) pairs on
-     * (K = 128, HV = 32, H100, same run: 66.6 against 73.3 us at B = 64, 232.3 against 242.3 at
-     * B = 256); at B = 32 equal cold and 7 % slower hot */
-    if (sizeof(StateT) == 2 && !p->cu_seqlens && p->T == 2 && p->N * p->HV >= 2048)
-        rows /= 2;
-    while (rows > ROWS_PER_WARP && p->N * p->HV * ((p->V + rows - 1) / rows) < 256)
-        rows /= 2;
-    const int64_t v_rounded = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
-    if (rows > v_rounded)
-        rows = (int)v_rounded;
-    const bool single_token = p->cu_seqlens ? p->T <= p->N : p->T == 1;
-    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
-    if (warps > rows / ROWS_PER_WARP)
-        warps = rows / ROWS_PER_WARP;
+    const TmaTile tile = tma_tile<K, StateT>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL);
+    const int rows = tile.rows;
     const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
-    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, kTokenChunk>(), "gdn_recurrent_fwd: carveout");
+    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
     int sms = 0;
@@ -90,16 +61,15 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(32 * warps);
+    cfg.blockDim = dim3(32 * tile.warps);
     cfg.stream = (cudaStream_t)p->stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = tma_use_pdl(ctas, sms) ? 1 : 0;
-    return gdn_cuda_check(
-        cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL, kTokenChunk>, prm, rows),
-        "gdn_recurrent_fwd: kernel launch");
+    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, rows),
+                          "gdn_recurrent_fwd: kernel launch");
 }
 
 template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)

@@ -44,12 +44,12 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
     return K >= 256 ? 1 : 256 / K;
 }
 
-/* Shared staging of one chunk of up to TC tokens. */
-template <int K, int ROWS_PER_CTA, int TC = kTokenChunk> struct TokenStage {
-    alignas(16) float q[TC][K]; /* l2-normalised (if asked) and scaled by `scale` */
-    alignas(16) float k[TC][K]; /* l2-normalised (if asked) */
-    float v[TC][ROWS_PER_CTA];
-    float e[TC], beta[TC], kq[TC];
+/* Shared staging of one chunk of tokens. */
+template <int K, int ROWS_PER_CTA> struct TokenStage {
+    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
+    alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
+    float v[kTokenChunk][ROWS_PER_CTA];
+    float e[kTokenChunk], beta[kTokenChunk], kq[kTokenChunk];
 };
 
 /* The inputs of token t of row b (key head h, value head hv) as one warp holds them: lane l has
@@ -122,8 +122,8 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
 /* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. (Loading the first v
  * values into registers before the tokens measured slower: the fast path's register count rose
  * past five CTAs per SM, and capping it slowed the token loop.) */
-template <int K, typename InT, int ROWS_PER_CTA, int TC, bool PAIR>
-__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA, TC> &st, int64_t b,
+template <int K, typename InT, int ROWS_PER_CTA, bool PAIR>
+__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA> &st, int64_t b,
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
-            stage_tokens<K, InT, MAX_ROWS_PER_CTA, kTokenChunk, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
+            stage_tokens<K, InT, MAX_ROWS_PER_CTA, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
             InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
             for (int j = 0; j < tc; j++, o += p.o_s[1])
@@ -393,7 +393,7 @@ template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
  * passes compute while the later rows are still arriving. */
-template <int K, typename StateT, typename InT, int RPL, int TC>
+template <int K, typename StateT, typename InT, int RPL>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
     static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
-    __shared__ TokenStage<K, TILE_ROWS, TC> st;
+    __shared__ TokenStage<K, TILE_ROWS> st;
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
     __shared__ StateT *s_src;                        /* warp 0's slot lookup, for the whole CTA */
@@ -461,8 +461,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         if (!p.state_indices && !p.state_in) /* no initial state: zeros */
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < TC ? len : TC);
-        stage_tokens<K, InT, TILE_ROWS, TC, (K <= 128)>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
+        stage_tokens<K, InT, TILE_ROWS, (K <= 128)>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
         if (!s_live) { /* skipped: uniform over the CTA */
@@ -480,13 +480,13 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + TC - 1) / TC : 1;
+        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * TC;
-            const int tc = (int)(len - t0 < TC ? len - t0 : TC);
+            const int64_t t0 = ci * kTokenChunk;
+            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
-                stage_tokens<K, InT, TILE_ROWS, TC, (K <= 128)>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                stage_tokens<K, InT, TILE_ROWS, (K <= 128)>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
                 __syncthreads();
             }
             const bool last = ci == chunks - 1;
@@ -533,12 +533,54 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
 
 /* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
-template <int K, typename StateT, typename InT, int RPL, int TC> cudaError_t prefer_shared_tma_kernel()
+template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, TC>,
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>,
                                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                                         (int)cudaSharedmemCarveoutMaxShared);
     return err;
+}
+
+/* The fast path's launch shape: tile rows per CTA and warps per CTA. The largest tile that still
+ * gives about two CTAs per SM (132 on an H100). Two warps per CTA for f32 single-token decode (more
+ * CTAs fit per SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows).
+ * Measured: bench_decode --variants and --tiles. Host side; the launcher and the benchmark share it. */
+struct TmaTile {
+    int rows, warps;
+};
+
+template <int K, typename StateT>
+TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
+{
+    constexpr int ROWS_PER_WARP = 4 * default_rows_per_lane<K, StateT>();
+    int rows = tile_rows<K, StateT>();
+    /* bf16 state, two tokens: half the tile measured faster from 2048 (sequence, head) pairs on
+     * (K = 128, HV = 32, H100, same run: 66.6 against 73.3 us at B = 64, 232.3 against 242.3 at
+     * B = 256); at B = 32 equal cold and 7 % slower hot */
+    if (sizeof(StateT) == 2 && !varlen && T == 2 && N * HV >= 2048)
+        rows /= 2;
+    while (rows > ROWS_PER_WARP && N * HV * ((V + rows - 1) / rows) < 256)
+        rows /= 2;
+    const int64_t v_rounded = (V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
+    if (rows > v_rounded)
+        rows = (int)v_rounded;
+    const bool single_token = varlen ? T <= N : T == 1;
+    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
+    if (warps > rows / ROWS_PER_WARP)
+        warps = rows / ROWS_PER_WARP;
+    return TmaTile{rows, warps};
+}
+
+/* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
+ * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs. Measured on
+ * the H100 (dev/decode/README.md; K = V = 128, about 5 resident CTAs per SM, calls back to back
+ * under graph replay): 0.5-1.0 us faster per call when the grid has at most 2 CTAs per SM (B = 1;
+ * bf16 B = 8) and 0-4% faster when it takes more than one wave (B >= 32), but 4-18% slower at
+ * 3.9 CTAs per SM (f32 B = 8; an inference: the next call's CTAs take the free places early and
+ * end up spread unevenly). */
+inline bool tma_use_pdl(int64_t ctas, int sms)
+{
+    return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
 }
 
 } /* namespace */
