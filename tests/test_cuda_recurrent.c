@@ -313,22 +313,25 @@ static int test_options(void)
 }
 
 /* Decays of exp(g) = 0, very strong, and long runs of strong ones (the running decay scale of
- * the kernels folds back into the state), over several chunks of tokens, both paths, both state
- * dtypes, with per-step states. */
+ * the CUDA-core kernels folds back into the state; the tensor-core path's decay products reach
+ * 0), over several chunks of tokens, every path, both state dtypes, with and without per-step
+ * states. */
 static int test_extreme_gates(void)
 {
     if (!need_gpu())
         return TU_SKIP;
     uint64_t seed = g_seed + 1500;
-    for (int v = 0; v < 8; v++) {
+    for (int v = 0; v < 12; v++) {
         opts o = base_opts();
         o.raw_gates = 0;
         o.extreme_gates = 1;
         o.T = v % 2 ? 37 : 9;
-        o.layout = v & 2 ? GDN_STATE_KV : GDN_STATE_VK;
+        o.layout = v & 2 && v < 8 ? GDN_STATE_KV : GDN_STATE_VK;
         o.state_dtype = v & 4 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         o.dtype = v & 4 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-        o.steps = 1;
+        o.steps = v < 8; /* without: the tensor-core path (VK, K <= 128) */
+        if (v >= 10)
+            o.K = o.V = 64;
         run_case(&o, seed++);
     }
     return TU_PASS;
@@ -449,7 +452,7 @@ static int test_multi_token_paths(void)
         o.H = 16, o.HV = 32;
         o.B = v == 0 ? 40 : 80;          /* f32 K = 128: 2 tiles per head; K = 64: 1 */
         o.K = o.V = v == 0 ? 128 : 64;
-        o.T = v == 1 ? 9 : v == 3 ? 2 : 3;
+        o.T = v == 1 ? 9 : v == 3 ? 2 : v == 2 ? 5 : 3; /* 5: the tensor-core path */
         o.state_dtype = v == 1 || v == 3 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         o.steps = v < 2;
         o.initial_state = v != 2;
@@ -484,25 +487,26 @@ static int test_pool_decode(void)
 {
     if (!need_gpu())
         return TU_SKIP;
-    for (int v = 0; v < 6; v++) {
+    for (int v = 0; v < 8; v++) {
         tu_pool_spec s;
         memset(&s, 0, sizeof s);
-        s.label = (const char *[]){"pool T=1 VK f32",      "pool T=1 VK bf16",        "pool T=1 KV f32",
-                                   "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2"}[v];
+        s.label = (const char *[]){"pool T=1 VK f32",       "pool T=1 VK bf16",      "pool T=1 KV f32",
+                                   "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2",
+                                   "pool T=4 VK f32 (tensor cores)", "pool T=5 VK bf16 null_slot_zero (tensor cores)"}[v];
         s.N = 5;
-        s.T = v == 4 ? 3 : v == 5 ? 2 : 1;
+        s.T = v == 4 ? 3 : v == 5 ? 2 : v == 6 ? 4 : v == 7 ? 5 : 1;
         s.P = 9;
         s.idx[0][0] = 5;
         s.idx[1][0] = 2;
         s.idx[2][0] = -1; /* PAD_SLOT_ID: skipped */
         s.idx[3][0] = 0;  /* live, unless null_slot_zero */
         s.idx[4][0] = 9;  /* >= P: a device index the host cannot check; skipped */
-        s.null_slot_zero = v == 3;
+        s.null_slot_zero = v == 3 || v == 7;
         s.inplace = v != 5;
-        s.with_final = v != 1;
-        s.with_steps = v >= 4;
+        s.with_final = v != 1 && v != 7;
+        s.with_steps = v == 4 || v == 5;
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
-        s.state_dtype = v == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.state_dtype = v == 1 || v == 7 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = v == 4 ? 6 : 40; /* 6: slots not 16-byte aligned, the element-wise path */
         run_pool(&s, v == 2 ? 64 : 128, g_seed + 4000 + (uint64_t)v);
     }

@@ -44,13 +44,23 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
     return K >= 256 ? 1 : 256 / K;
 }
 
-/* Shared staging of one chunk of tokens. */
+/* Shared staging of one chunk of tokens (the tensor-core path has its own, MmaStage). */
 template <int K, int ROWS_PER_CTA> struct TokenStage {
     alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
     alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
     float v[kTokenChunk][ROWS_PER_CTA];
     float e[kTokenChunk], beta[kTokenChunk], kq[kTokenChunk];
 };
+
+/* Writes q and k of token j at key (stage_token): TokenStage keeps them as they are; the
+ * tensor-core path's MmaStage has an overload in sm90_recurrent_mma.cuh (found by argument-
+ * dependent lookup when stage_token is instantiated). */
+template <int K, int ROWS>
+__device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS> &st, int j, int key, float q, float k)
+{
+    st.q[j][key] = q;
+    st.k[j][key] = k;
+}
 
 /* The inputs of token t of row b (key head h, value head hv) as one warp holds them: lane l has
  * q and k at keys l, l + 32, .. as loaded (InT); token_inputs issues every load of the token
@@ -109,8 +119,7 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
     }
 #pragma unroll
     for (int i = 0; i < K / 32; i++) {
-        st.q[j][lane + 32 * i] = qv[i] * rq;
-        st.k[j][lane + 32 * i] = kv[i] * rk;
+        stage_put_qk(st, j, lane + 32 * i, qv[i] * rq, kv[i] * rk);
     }
     if (lane == 0) {
         st.kq[j] = qk * rq * rk;
@@ -119,31 +128,71 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
     }
 }
 
-/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. (Loading the first v
- * values into registers before the tokens measured slower: the fast path's register count rose
- * past five CTAs per SM, and capping it slowed the token loop.) */
-template <int K, typename InT, int ROWS_PER_CTA, bool PAIR>
-__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, TokenStage<K, ROWS_PER_CTA> &st, int64_t b,
+/* v of token tok, row `row` of value head hv (0 past V). */
+template <typename InT>
+__device__ __forceinline__ InT token_v(const RecurrentParams &p, int64_t b, int64_t tok, int hv, int row)
+{
+    const InT *v = (const InT *)p.v + b * p.v_s[0] + tok * p.v_s[1] + hv * p.v_s[2];
+    return row < p.V ? v[(int64_t)row * p.v_s[3]] : gdn_from_f32<InT>(0.0f);
+}
+
+/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. A staging warp issues
+ * the loads of TPW of its tokens at once (more registers: the fast path's state is not in
+ * registers yet, the generic path's is), then stages them. Token j goes to warp (j + 1) % W (warp
+ * 0, which looks up the slot and issues the state copies, comes last), or with SPARE_W0 (the
+ * tensor-core path) to warps 1 .. W - 1 only: measured, warp 0's tokens started a memory round
+ * trip late and held up the whole CTA. VPR > 0: v of rows threadIdx.x + u * blockDim.x (u < VPR)
+ * of every token is loaded into registers before the tokens, so that v does not cost a round trip
+ * of its own (the tensor-core path; in the CUDA-core fast path this raised the register count past
+ * five CTAs per SM, and capping it slowed the token loop). */
+template <int K, typename InT, int TPW, int VPR, bool SPARE_W0, typename Stage>
+__device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st, int64_t b,
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    /* token j goes to warp (j + 1) % W: warp 0 may be busy issuing the state copies; with PAIR a
-     * warp with two or more tokens has the loads of two in flight at once (more registers: the
-     * fast path's state is not in registers yet, the generic path's is) */
-    for (int j = (warp + nwarps - 1) % nwarps; j < tc; j += (PAIR ? 2 : 1) * nwarps) {
+    InT vpre[kTokenChunk][VPR > 0 ? VPR : 1];
+    if constexpr (VPR > 0) {
+#pragma unroll
+        for (int j = 0; j < kTokenChunk; j++)
+#pragma unroll
+            for (int u = 0; u < VPR; u++) {
+                const int rr = threadIdx.x + u * blockDim.x;
+                if (j < tc && rr < rows_per_cta)
+                    vpre[j][u] = token_v<InT>(p, b, tok0 + j, hv, row_base + rr);
+            }
+    }
+    static_assert(TPW == 1 || TPW == 2, "tokens in flight per warp: 1 or 2");
+    const bool spare = SPARE_W0 && nwarps > 1;
+    const int nst = spare ? nwarps - 1 : nwarps;                    /* staging warps */
+    const int sw = spare ? warp - 1 : (warp + nwarps - 1) % nwarps; /* this warp among them */
+    for (int j = sw; sw >= 0 && j < tc; j += TPW * nst) {
         const TokenInputs<K, InT> in0 = token_inputs<K, InT>(p, b, tok0 + j, h, hv, lane);
-        if (PAIR && j + nwarps < tc) {
-            const TokenInputs<K, InT> in1 = token_inputs<K, InT>(p, b, tok0 + j + nwarps, h, hv, lane);
+        if (TPW == 2 && j + nst < tc) {
+            const TokenInputs<K, InT> in1 = token_inputs<K, InT>(p, b, tok0 + j + nst, h, hv, lane);
             stage_token<K, InT>(p, st, j, in0, lane);
-            stage_token<K, InT>(p, st, j + nwarps, in1, lane);
+            stage_token<K, InT>(p, st, j + nst, in1, lane);
         } else {
             stage_token<K, InT>(p, st, j, in0, lane);
         }
     }
-    for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
-        const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
-        const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
-        st.v[j][rr] = row < p.V ? gdn_to_f32<InT>(v[(int64_t)row * p.v_s[3]]) : 0.0f;
+    if constexpr (VPR > 0) {
+#pragma unroll
+        for (int j = 0; j < kTokenChunk; j++)
+#pragma unroll
+            for (int u = 0; u < VPR; u++) {
+                const int rr = threadIdx.x + u * blockDim.x;
+                if (j < tc && rr < rows_per_cta)
+                    st.v[j][rr] = gdn_to_f32<InT>(vpre[j][u]);
+            }
+        for (int j = 0; j < tc; j++) /* rows past VPR * blockDim (CTAs of fewer warps) */
+            for (int rr = threadIdx.x + VPR * blockDim.x; rr < rows_per_cta; rr += blockDim.x)
+                st.v[j][rr] = gdn_to_f32<InT>(token_v<InT>(p, b, tok0 + j, hv, row_base + rr));
+    } else {
+        for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
+            const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
+            const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
+            st.v[j][rr] = row < p.V ? gdn_to_f32<InT>(v[(int64_t)row * p.v_s[3]]) : 0.0f;
+        }
     }
 }
 
@@ -367,7 +416,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
-            stage_tokens<K, InT, MAX_ROWS_PER_CTA, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
+            stage_tokens<K, InT, 1, 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
             InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
             for (int j = 0; j < tc; j++, o += p.o_s[1])
@@ -462,7 +511,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
         const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
-        stage_tokens<K, InT, TILE_ROWS, (K <= 128)>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
         if (!s_live) { /* skipped: uniform over the CTA */
@@ -486,7 +535,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
-                stage_tokens<K, InT, TILE_ROWS, (K <= 128)>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
                 __syncthreads();
             }
             const bool last = ci == chunks - 1;

@@ -1,0 +1,536 @@
+/*
+ * sm90_recurrent_mma.cuh - the multi-token recurrent forward on tensor cores (speculative verify,
+ * multi-token prediction: T >= 2 tokens per sequence), GDN gates, VK state rows with K
+ * contiguous, K = 64 or 128. Launched by sm90_recurrent_fwd.cu.
+ *
+ * The chunk form of the delta rule over up to 8 tokens t of one (sequence, value head), state S
+ * with rows r (values) and columns keys, S0 the state before the chunk:
+ *   e_t = exp(g_t), Gam_t = e_0 ... e_t, D[t][j] = e_{j+1} ... e_t (j <= t, D[t][t] = 1)
+ *   S_t = Gam_t S0 + sum_{j <= t} D[t][j] u_j k_j^T                       (WY form)
+ *   u_t = beta_t (v_t - e_t S_{t-1} k_t)
+ *       = x_t - sum_{j < t} A[t][j] u_j,  x_t = beta_t (v_t - Gam_t S0 k_t),
+ *         A[t][j] = beta_t D[t][j] (k_t . k_j)
+ *   so that, for all rows at once, U = X M^T with M = (I + A)^-1 (unit lower triangular);
+ *   o_t = S_t q_t = Gam_t S0 q_t + sum_{j <= t} D[t][j] (q_t . k_j) u_j
+ *   S_8 = Gam_7 S0 + sum_j D[7][j] u_j k_j^T
+ * Tokens past the end of a chunk are staged as e = 1, beta = 0, q = k = v = 0: they change
+ * nothing, so every chunk is computed as 8 tokens.
+ *
+ * Work per CTA: the state tile arrives by bulk copies as in the CUDA-core fast path
+ * (recurrent_fwd_tma_kernel), the CTA stages the tokens, then each warp takes strips of 16 rows
+ * into registers in the accumulator layout of mma.sync m16n8k8 (TF32) and runs:
+ *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep) and, on the same operands, the chunk's
+ *      q_t . k_j and k_t . k_j (16 x 8): every warp has its own copy, no reduction;
+ *   2. M by forward substitution across the quad lanes (7 steps of shuffles), X, U = X M^T,
+ *      O = Gam Pq + U Bm^T with Bm[t][j] = D[t][j] (q_t . k_j): three 16 x 8 x 8 products;
+ *   3. the update S = Gam_7 S + (U D[7]) K^T: 16 x K x 8.
+ * Every product is split into TF32 parts (x = hi + lo, three products hi*hi + hi*lo + lo*hi),
+ * which keeps f32 accuracy; a bf16 state is exact in TF32, so its products skip lo.
+ *
+ * Register layout (g = lane / 4, c = lane % 4): a strip is 16 rows x K keys, s[j][0..3] the
+ * accumulator of n-tile j: rows g (0, 1) and g + 8 (2, 3), columns 2c, 2c + 1 of the tile. The
+ * key of (n-tile j, column 2c + e) is kmap(j, c, e) = 16 (j / 2) + 4 c + 2 (j % 2) + e, chosen so
+ * that (a) a lane's four keys of n-tiles 2m and 2m + 1 are contiguous (16-byte loads and stores of
+ * the state), (b) the accumulators of n-tile j are, reordered, the A fragment of k-step j of
+ * product 1 (its B operand loads q and k at the same keys). Likewise the token columns of
+ * products 2 and 3 come out as 2c, 2c + 1 and are used as the A fragment with logical columns
+ * (c, c + 4) standing for tokens (2c, 2c + 1); the B operands are loaded in that order.
+ */
+#ifndef GDN_SM90_RECURRENT_MMA_CUH
+#define GDN_SM90_RECURRENT_MMA_CUH
+
+#include "sm90_recurrent_kernel.cuh"
+
+/* Internal linkage: the library and the benchmark each compile their own copy. */
+namespace {
+
+constexpr int kMmaRows = 16; /* state rows per warp strip: the mma's M */
+
+/* Shared staging of one chunk for the tensor-core path. stage_token writes q, k (through
+ * stage_put_qk), e, beta, kq; mma_stage_chunk pads the chunk to 8 tokens; mma_prep_chunk derives
+ * d and gam. q and k of token t are stored split into TF32 parts (tf32_split), per pair of keys
+ * (2P, 2P + 1) one 16-byte piece {hi 2P, hi 2P+1, lo 2P, lo 2P+1} at piece index P ^ t (qk_piece):
+ * product 1 reads one piece per k-step and operand, the update reads one key of tokens 2c and
+ * 2c + 1, both without bank conflicts beyond two-way. */
+template <int K, int ROWS> struct MmaStage {
+    alignas(16) float q[kTokenChunk][2 * K]; /* l2-normalised (if asked) and scaled */
+    alignas(16) float k[kTokenChunk][2 * K];
+    alignas(16) float d[kTokenChunk][kTokenChunk]; /* D[t][j], 0 above the diagonal */
+    alignas(16) float gam[kTokenChunk];            /* Gam_t */
+    alignas(16) float e[kTokenChunk];
+    alignas(16) float beta[kTokenChunk];
+    float kq[kTokenChunk]; /* written by stage_token, unused here */
+    float v[kTokenChunk][ROWS];
+};
+
+/* Float offset of the piece of key pair P of token t in MmaStage::q / k. */
+__device__ __forceinline__ int qk_piece(int t, int P)
+{
+    return (P ^ t) << 2;
+}
+
+template <int K, typename StateT> __host__ __device__ constexpr size_t mma_smem_bytes()
+{
+    return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStage<K, tile_rows<K, StateT>()>);
+}
+
+/* x = hi + lo with hi its top 19 bits (a TF32 value) and lo the exact f32 remainder, of which
+ * the tensor cores read the top 19 bits (relative error of the pair about 2^-21). Truncation, not
+ * cvt.rna.tf32.f32: that conversion measured as a multi-instruction sequence with Inf / NaN
+ * checks on sm_90 (ncu, 2026-11-22), and lo makes the rounding of hi irrelevant. */
+struct Tf32Pair {
+    uint32_t hi, lo;
+};
+
+__device__ __forceinline__ Tf32Pair tf32_split(float x)
+{
+    const uint32_t hi = __float_as_uint(x) & 0xffffe000u;
+    return Tf32Pair{hi, __float_as_uint(x - __uint_as_float(hi))};
+}
+
+template <int K, int ROWS>
+__device__ __forceinline__ void stage_put_qk(MmaStage<K, ROWS> &st, int j, int key, float q, float k)
+{
+    const int off = qk_piece(j, key >> 1) + (key & 1);
+    const Tf32Pair qs = tf32_split(q), ks = tf32_split(k);
+    st.q[j][off] = __uint_as_float(qs.hi);
+    st.q[j][off + 2] = __uint_as_float(qs.lo);
+    st.k[j][off] = __uint_as_float(ks.hi);
+    st.k[j][off + 2] = __uint_as_float(ks.lo);
+}
+
+/* An A fragment (a0..a3) split into TF32 parts; EXACT: the values are TF32 already (bf16 state). */
+struct FragA {
+    uint32_t hi[4], lo[4];
+};
+
+template <bool EXACT> __device__ __forceinline__ FragA frag_a(float a0, float a1, float a2, float a3)
+{
+    const float a[4] = {a0, a1, a2, a3};
+    FragA f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (EXACT) {
+            f.hi[i] = __float_as_uint(a[i]);
+            f.lo[i] = 0u;
+        } else {
+            const Tf32Pair s = tf32_split(a[i]);
+            f.hi[i] = s.hi;
+            f.lo[i] = s.lo;
+        }
+    }
+    return f;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d += A B to f32 accuracy: the small products first; lo * lo is below f32 rounding. */
+template <bool A_EXACT>
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const FragA &a, Tf32Pair b0, Tf32Pair b1)
+{
+    if constexpr (!A_EXACT)
+        mma_tf32(d, a.lo, b0.hi, b1.hi);
+    mma_tf32(d, a.hi, b0.lo, b1.lo);
+    mma_tf32(d, a.hi, b0.hi, b1.hi);
+}
+
+/* mma_3xtf32 into two accumulators, the main product and the small ones, so that a long sum over
+ * k-steps is two dependency chains, not one three times as long (product 1: K / 8 k-steps). */
+template <bool A_EXACT>
+__device__ __forceinline__ void mma_3xtf32_2acc(float (&big)[4], float (&small)[4], const FragA &a, Tf32Pair b0,
+                                                Tf32Pair b1)
+{
+    if constexpr (!A_EXACT)
+        mma_tf32(small, a.lo, b0.hi, b1.hi);
+    mma_tf32(small, a.hi, b0.lo, b1.lo);
+    mma_tf32(big, a.hi, b0.hi, b1.hi);
+}
+
+/* Four consecutive state elements as f32, and back (global stores spelled in PTX: see
+ * st_global_16). */
+template <typename StateT> __device__ __forceinline__ float4 ld_state4(const StateT *ptr)
+{
+    if constexpr (sizeof(StateT) == 4) {
+        return *reinterpret_cast<const float4 *>(ptr);
+    } else {
+        const uint2 w = *reinterpret_cast<const uint2 *>(ptr);
+        return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
+                           __uint_as_float(w.y & 0xffff0000u));
+    }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &v, 4);
+    return w;
+}
+
+template <typename StateT, bool GLOBAL> __device__ __forceinline__ void st_state4(StateT *ptr, float4 x)
+{
+    if constexpr (sizeof(StateT) == 4) {
+        if constexpr (GLOBAL)
+            st_global_16(ptr, make_uint4(__float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z),
+                                         __float_as_uint(x.w)));
+        else
+            *reinterpret_cast<float4 *>(ptr) = x;
+    } else {
+        const uint2 w = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+        if constexpr (GLOBAL)
+            asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(ptr), "r"(w.x), "r"(w.y) : "memory");
+        else
+            *reinterpret_cast<uint2 *>(ptr) = w;
+    }
+}
+
+/* Keys key .. key + 3 of tile row `row` as f32 (0 for rows >= cta_rows: past V, unfilled). */
+template <typename StateT>
+__device__ __forceinline__ float4 tile_piece(const StateT *tile, int K, int row, int cta_rows, int key)
+{
+    return row < cta_rows ? ld_state4(tile + row * K + key) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* Stages tokens [tok0, tok0 + tc) (stage_tokens) and pads the chunk to 8 tokens that change
+ * nothing. Run by the whole CTA. */
+template <int K, typename InT, int ROWS>
+__device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaStage<K, ROWS> &st, int64_t b,
+                                                int64_t tok0, int tc, int h, int hv, int row_base, int cta_rows)
+{
+    stage_tokens<K, InT, 2, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
+    for (int i = threadIdx.x; i < (kTokenChunk - tc) * 2 * K; i += blockDim.x) {
+        const int j = tc + i / (2 * K), d = i % (2 * K);
+        st.q[j][d] = 0.0f;
+        st.k[j][d] = 0.0f;
+    }
+    for (int j = tc; j < kTokenChunk; j++)
+        for (int rr = threadIdx.x; rr < ROWS; rr += blockDim.x)
+            st.v[j][rr] = 0.0f;
+    if ((int)threadIdx.x < kTokenChunk - tc) {
+        st.e[tc + threadIdx.x] = 1.0f;
+        st.beta[tc + threadIdx.x] = 0.0f;
+    }
+}
+
+/* After the stage: the decay products D and Gam. Run by the whole CTA; read after the next
+ * barrier. */
+template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaStage<K, ROWS> &st)
+{
+    for (int i = threadIdx.x; i < kTokenChunk * (kTokenChunk + 1); i += blockDim.x) {
+        const int t = i / (kTokenChunk + 1), j = i % (kTokenChunk + 1) - 1; /* j = -1: Gam_t */
+        float d = j <= t ? 1.0f : 0.0f;
+        for (int m = j + 1; m <= t; m++)
+            d *= st.e[m];
+        if (j < 0)
+            st.gam[t] = d;
+        else
+            st.d[t][j] = d;
+    }
+}
+
+/* Product 1 for the strip of tile rows srow .. + 15: pk = S0 k_t and pq = S0 q_t (columns
+ * t = 2c, 2c + 1 of rows g, g + 8), and dots: q_g . k_j (0, 1) and k_g . k_j (2, 3) for
+ * j = 2c, 2c + 1. The A fragments come straight from the tile (the strip is never held in
+ * registers as a whole: at 64 more registers per thread the path spilled). */
+template <int K, typename StateT, int ROWS>
+__device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, const StateT *tile, int srow, int cta_rows,
+                                               int g, int c, float (&pk)[4], float (&pq)[4], float (&dots)[4])
+{
+    constexpr bool A_EXACT = sizeof(StateT) == 2; /* a bf16 state is exact in TF32 */
+    float pk2[4], pq2[4], dots2[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        pk[i] = pq[i] = dots[i] = pk2[i] = pq2[i] = dots2[i] = 0.0f;
+    /* k-step j = 2m + hh: keys kmap(j, c, 0..1) = 16m + 4c + 2hh + 0..1, key pair 8m + 2c + hh */
+    const int off0 = qk_piece(g, 2 * c), off1 = qk_piece(g, 2 * c + 1);
+#pragma unroll 2
+    for (int m = 0; m < K / 16; m++) {
+        const float4 r0 = tile_piece(tile, K, srow + g, cta_rows, 16 * m + 4 * c);
+        const float4 r1 = tile_piece(tile, K, srow + g + 8, cta_rows, 16 * m + 4 * c);
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int off = 32 * m + (hh ? off1 : off0);
+            const float4 kp = *reinterpret_cast<const float4 *>(&st.k[g][off]);
+            const float4 qp = *reinterpret_cast<const float4 *>(&st.q[g][off]);
+            const Tf32Pair kb0{__float_as_uint(kp.x), __float_as_uint(kp.z)};
+            const Tf32Pair kb1{__float_as_uint(kp.y), __float_as_uint(kp.w)};
+            const Tf32Pair qb0{__float_as_uint(qp.x), __float_as_uint(qp.z)};
+            const Tf32Pair qb1{__float_as_uint(qp.y), __float_as_uint(qp.w)};
+            const FragA a = hh ? frag_a<A_EXACT>(r0.z, r1.z, r0.w, r1.w) : frag_a<A_EXACT>(r0.x, r1.x, r0.y, r1.y);
+            mma_3xtf32_2acc<A_EXACT>(pk, pk2, a, kb0, kb1);
+            mma_3xtf32_2acc<A_EXACT>(pq, pq2, a, qb0, qb1);
+            FragA qk;
+            qk.hi[0] = qb0.hi, qk.hi[1] = kb0.hi, qk.hi[2] = qb1.hi, qk.hi[3] = kb1.hi;
+            qk.lo[0] = qb0.lo, qk.lo[1] = kb0.lo, qk.lo[2] = qb1.lo, qk.lo[3] = kb1.lo;
+            mma_3xtf32_2acc<false>(dots, dots2, qk, kb0, kb1);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        pk[i] += pk2[i];
+        pq[i] += pq2[i];
+        dots[i] += dots2[i];
+    }
+}
+
+/* Where the strip's new state goes: the tile (more chunks follow), else final_state and / or the
+ * in-place slot (pointers at the CTA's first row, row strides; NULL: not written). */
+template <typename StateT> struct StripDest {
+    StateT *fin, *inp;
+    int64_t fin_sv, inp_sv;
+    bool tile;
+};
+
+/* Products 2 and 3 for one strip after strip_products: o of the chunk's tokens (written for
+ * t < tc and rows < cta_rows), then the state after the chunk, streamed piece by piece from the
+ * tile to its destinations. */
+template <int K, typename StateT, typename InT, int ROWS>
+__device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, const MmaStage<K, ROWS> &st,
+                                                   StateT *tile, const float (&pk)[4], const float (&pq)[4],
+                                                   const float (&dots)[4], int g, int c, int srow, int cta_rows,
+                                                   int tc, InT *o, int row_base, const StripDest<StateT> &dst)
+{
+    const float2 dg = *reinterpret_cast<const float2 *>(&st.d[g][2 * c]);
+    const float2 dl = *reinterpret_cast<const float2 *>(&st.d[kTokenChunk - 1][2 * c]);
+    const float2 bc = *reinterpret_cast<const float2 *>(&st.beta[2 * c]);
+    const float2 gc = *reinterpret_cast<const float2 *>(&st.gam[2 * c]);
+    const float bg = st.beta[g], glast = st.gam[kTokenChunk - 1];
+
+    /* A[g][j] (strictly lower) and Bm[g][j] (lower; d is 0 above the diagonal), j = 2c, 2c + 1 */
+    const float a0 = 2 * c < g ? bg * dg.x * dots[2] : 0.0f;
+    const float a1 = 2 * c + 1 < g ? bg * dg.y * dots[3] : 0.0f;
+    const float bm0 = dg.x * dots[0], bm1 = dg.y * dots[1];
+
+    /* M = (I + A)^-1, row g, columns 2c, 2c + 1: row i is final before step i uses it */
+    float m0 = g == 2 * c ? 1.0f : 0.0f, m1 = g == 2 * c + 1 ? 1.0f : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTokenChunk - 1; i++) {
+        const float mi0 = __shfl_sync(0xffffffffu, m0, 4 * i + c);
+        const float mi1 = __shfl_sync(0xffffffffu, m1, 4 * i + c);
+        const float agi = __shfl_sync(0xffffffffu, (i & 1) ? a1 : a0, 4 * g + i / 2); /* A[g][i] */
+        m0 = fmaf(-agi, mi0, m0);
+        m1 = fmaf(-agi, mi1, m1);
+    }
+
+    /* X, then U = X M^T */
+    const int vr = srow + g; /* and vr + 8 */
+    const float x0 = bc.x * (st.v[2 * c][vr] - gc.x * pk[0]);
+    const float x1 = bc.y * (st.v[2 * c + 1][vr] - gc.y * pk[1]);
+    const float x2 = bc.x * (st.v[2 * c][vr + 8] - gc.x * pk[2]);
+    const float x3 = bc.y * (st.v[2 * c + 1][vr + 8] - gc.y * pk[3]);
+    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_3xtf32<false>(u, frag_a<false>(x0, x2, x1, x3), tf32_split(m0), tf32_split(m1));
+
+    /* O = Gam Pq + U Bm^T */
+    float ov[4] = {gc.x * pq[0], gc.y * pq[1], gc.x * pq[2], gc.y * pq[3]};
+    mma_3xtf32<false>(ov, frag_a<false>(u[0], u[2], u[1], u[3]), tf32_split(bm0), tf32_split(bm1));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = 2 * c + (i & 1), row = vr + (i < 2 ? 0 : 8);
+        if (t < tc && row < cta_rows)
+            o[t * p.o_s[1] + (int64_t)(row_base + row) * p.o_s[3]] = gdn_from_f32<InT>(ov[i]);
+    }
+
+    /* S = Gam_7 S + (U D[7]) K^T: n-tile j's column g is key kmap(j, g / 2, g % 2) */
+    const FragA ud = frag_a<false>(u[0] * dl.x, u[2] * dl.x, u[1] * dl.y, u[3] * dl.y);
+    /* key kmap(j, g / 2, g % 2) = 16 (j / 2) + 4 (g / 2) + 2 (j % 2) + g % 2: pair 8 (j / 2) + 2 (g / 2) + j % 2 */
+    const float *k0 = &st.k[2 * c][g & 1], *k1 = &st.k[2 * c + 1][g & 1];
+    const int e0 = qk_piece(2 * c, 2 * (g >> 1)), o0 = qk_piece(2 * c, 2 * (g >> 1) + 1);
+    const int e1 = qk_piece(2 * c + 1, 2 * (g >> 1)), o1 = qk_piece(2 * c + 1, 2 * (g >> 1) + 1);
+#pragma unroll 2
+    for (int m = 0; m < K / 16; m++) {
+        /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8 */
+        const int key = 16 * m + 4 * c;
+        const float4 x0 = tile_piece(tile, K, vr, cta_rows, key);
+        const float4 x1 = tile_piece(tile, K, vr + 8, cta_rows, key);
+        float s0[4] = {glast * x0.x, glast * x0.y, glast * x1.x, glast * x1.y};
+        float s1[4] = {glast * x0.z, glast * x0.w, glast * x1.z, glast * x1.w};
+        const int fe0 = 32 * m + e0, fe1 = 32 * m + e1, fo0 = 32 * m + o0, fo1 = 32 * m + o1;
+        mma_3xtf32<false>(s0, ud, Tf32Pair{__float_as_uint(k0[fe0]), __float_as_uint(k0[fe0 + 2])},
+                          Tf32Pair{__float_as_uint(k1[fe1]), __float_as_uint(k1[fe1 + 2])});
+        mma_3xtf32<false>(s1, ud, Tf32Pair{__float_as_uint(k0[fo0]), __float_as_uint(k0[fo0 + 2])},
+                          Tf32Pair{__float_as_uint(k1[fo1]), __float_as_uint(k1[fo1 + 2])});
+        const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
+        if (dst.tile) {
+            if (vr < cta_rows)
+                st_state4<StateT, false>(tile + vr * K + key, y0);
+            if (vr + 8 < cta_rows)
+                st_state4<StateT, false>(tile + (vr + 8) * K + key, y1);
+        } else {
+            if (dst.fin && vr < cta_rows)
+                st_state4<StateT, true>(dst.fin + vr * dst.fin_sv + key, y0);
+            if (dst.fin && vr + 8 < cta_rows)
+                st_state4<StateT, true>(dst.fin + (vr + 8) * dst.fin_sv + key, y1);
+            if (dst.inp && vr < cta_rows)
+                st_state4<StateT, true>(dst.inp + vr * dst.inp_sv + key, y0);
+            if (dst.inp && vr + 8 < cta_rows)
+                st_state4<StateT, true>(dst.inp + (vr + 8) * dst.inp_sv + key, y1);
+        }
+    }
+}
+
+/* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most tile_rows()) of
+ * one (sequence, value head); warps take strips of 16 rows in passes of blockDim / 2 rows. The
+ * state tile, the slot lookup, the pass barriers and programmatic launch are those of
+ * recurrent_fwd_tma_kernel. Per-step states are not written here (the launcher sends calls with
+ * step_states or 2-D in-place pools to the CUDA-core paths). Dynamic shared memory:
+ * mma_smem_bytes<K, StateT>(). */
+template <int K, typename StateT, typename InT>
+__global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
+{
+    static_assert(K == 64 || K == 128, "the tensor-core path keeps 16 rows x K keys in registers");
+    constexpr int TILE_ROWS = tile_rows<K, StateT>();
+    constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
+    constexpr int MAX_PASSES = TILE_ROWS / kMmaRows;
+    using Stage = MmaStage<K, TILE_ROWS>;
+    extern __shared__ __align__(128) unsigned char mma_smem[];
+    StateT *const tile = reinterpret_cast<StateT *>(mma_smem);
+    Stage &st = *reinterpret_cast<Stage *>(mma_smem + (size_t)TILE_ROWS * K * sizeof(StateT));
+    __shared__ alignas(8) uint64_t bar[MAX_PASSES];
+    __shared__ StateT *s_src;
+    __shared__ int s_live;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int row_base = blockIdx.x * rows_per_cta;
+    const int hv = blockIdx.y;
+    const int h = hv / (int)p.G;
+    const int cta_rows = (int)(p.V - row_base < rows_per_cta ? p.V - row_base : rows_per_cta);
+    const int pass_rows = nwarps * kMmaRows;
+    const int passes = (rows_per_cta + pass_rows - 1) / pass_rows;
+
+    if (threadIdx.x < passes)
+        mbar_init(&bar[threadIdx.x], 1);
+    __syncthreads();
+    grid_dependency_sync();
+    uint32_t phase = 0;
+
+    for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
+        int64_t b = n, bos = 0, eos = p.T;
+        if (p.cu_seqlens) {
+            b = 0;
+            bos = clamp64(p.cu_seqlens[n], 0, p.T);
+            eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
+        }
+        const int64_t len = eos - bos;
+        const int64_t packed0 = p.cu_seqlens ? bos : n * p.T;
+
+        fence_proxy_async();
+        __syncthreads();
+        if (warp == 0) {
+            StateT *src0;
+            const bool live0 = sequence_start(p, n, hv, &src0);
+            if (live0 && src0) {
+                if (lane < passes) {
+                    const int first = lane * pass_rows;
+                    const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
+                    mbar_expect_tx(&bar[lane], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
+                }
+                for (int i = lane; i < cta_rows; i += 32)
+                    bulk_load(&tile[i * K], src0 + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
+            }
+            if (lane == 0) {
+                s_src = src0;
+                s_live = live0;
+            }
+        }
+        if (!p.state_indices && !p.state_in)
+            for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
+                tile[i] = gdn_from_f32<StateT>(0.0f);
+        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
+        mma_stage_chunk<K, InT>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        __syncthreads();
+        StateT *const src = s_src;
+        if (!s_live) { /* skipped: uniform over the CTA; zeros in the CUDA-core paths' lane mapping */
+            constexpr int RPL = default_rows_per_lane<K, StateT>();
+            constexpr int VE = 16 / sizeof(StateT), NV = K / (kLanesPerRow * VE), EPL = NV * VE;
+            const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+            for (int r0 = warp * 4 * RPL; r0 < cta_rows; r0 += nwarps * 4 * RPL) {
+                int rows[RPL];
+                bool row_ok[RPL];
+#pragma unroll
+                for (int r = 0; r < RPL; r++) {
+                    rows[r] = row_base + r0 + r * 4 + group;
+                    row_ok[r] = r0 + r * 4 + group < cta_rows;
+                }
+                zero_outputs<StateT, InT, RPL, EPL, VE, NV, true>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
+            }
+            continue;
+        }
+
+        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
+        for (int64_t ci = 0; ci < chunks; ci++) {
+            const int64_t t0 = ci * kTokenChunk;
+            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            if (ci > 0) {
+                __syncthreads(); /* the previous chunk's stage is no longer read */
+                mma_stage_chunk<K, InT>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                __syncthreads();
+            }
+            mma_prep_chunk(st);
+            StripDest<StateT> dst;
+            dst.tile = ci < chunks - 1;
+            dst.fin = p.final_state ? (StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1 + row_base * p.st_fin.sv
+                                    : nullptr;
+            dst.fin_sv = p.st_fin.sv;
+            dst.inp = p.inplace_state && !p.idx_2d && src ? src + row_base * p.st_in.sv : nullptr;
+            dst.inp_sv = p.st_in.sv;
+            InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+
+            for (int ps = 0; ps < passes; ps++) {
+                const int srow = (ps * nwarps + warp) * kMmaRows;
+                if (ci == 0 && src)
+                    mbar_wait(&bar[ps], phase);
+                float pk[4], pq[4], dots[4];
+                strip_products<K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
+                if (ps == 0)
+                    __syncthreads(); /* mma_prep_chunk's results */
+                strip_solve_update<K, StateT, InT>(p, st, tile, pk, pq, dots, g, c, srow, cta_rows, tc, o, row_base,
+                                                   dst);
+            }
+        }
+        if (src)
+            phase ^= 1;
+    }
+}
+
+/* Launch shape of the tensor-core path: rows per CTA (the whole tile, halved while fewer than
+ * 256 CTAs would run) and warps (one per 16 rows, at most 4). Host side; the launcher and the
+ * benchmark share it. */
+template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
+{
+    int rows = tile_rows<K, StateT>();
+    while (rows > kMmaRows && N * HV * ((V + rows - 1) / rows) < 256)
+        rows /= 2;
+    const int64_t v_rounded = (V + kMmaRows - 1) / kMmaRows * kMmaRows;
+    if (rows > v_rounded)
+        rows = (int)v_rounded;
+    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
+    return TmaTile{rows, warps};
+}
+
+/* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
+ * carveout once per instance (function attributes: safe under graph capture). */
+template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
+{
+    static const cudaError_t err = [] {
+        cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)mma_smem_bytes<K, StateT>());
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
+                                     cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        return e;
+    }();
+    return err;
+}
+
+} /* namespace */
+
+#endif /* GDN_SM90_RECURRENT_MMA_CUH */
