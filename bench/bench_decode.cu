@@ -15,7 +15,9 @@
  * warps per CTA; the register path with 16-byte pieces) by launching the kernel templates directly.
  * With --pdl it times, for the T and B of --T / --B, the fast path with the launcher's tile
  * launched with and without programmatic dependent launch (hot and cold): the data behind the
- * launcher's tma_use_pdl.
+ * launcher's tma_use_pdl. --tiles times fast-path tiles and the register path at those T and B;
+ * --mma times the tensor-core path's tiles (sm90_recurrent_mma.cuh) against the CUDA-core fast
+ * path's launcher tile: the data behind the launcher's choice of path.
  *
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
@@ -32,7 +34,7 @@
 #include <vector>
 
 #include "gdn.h"
-#include "cuda/sm90_recurrent_kernel.cuh"
+#include "cuda/sm90_recurrent_mma.cuh"
 
 #define CK(call)                                                                                                   \
     do {                                                                                                           \
@@ -518,6 +520,58 @@ static void run_tiles(cudaStream_t stream, size_t l2, double copy, const std::ve
     }
 }
 
+/* The tensor-core path with a tile of `rows` rows and `warps` warps per CTA (programmatic launch
+ * by the launcher's rule, tma_use_pdl). */
+template <typename StateT>
+static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, int sms)
+{
+    gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
+    CK((prepare_mma_kernel<128, StateT, __nv_bfloat16>()));
+    const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
+    return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3((unsigned)(32 * warps));
+        cfg.dynamicSmemBytes = mma_smem_bytes<128, StateT>();
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = pdl ? 1 : 0;
+        CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16>, p, rows));
+    });
+}
+
+/* The tensor-core path's tiles (rows x warps) against the CUDA-core fast path's launcher tile for
+ * the T and B of --T / --B (cold us): the data behind the launcher's choice of path and tile. */
+static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &Ts, const std::vector<int64_t> &Bs,
+                    int sms)
+{
+    printf("\ntensor-core path tiles against the CUDA-core launcher tile (cold us)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t T : Ts) {
+            for (int64_t B : Bs) {
+                const TmaTile t = sdi ? tma_tile<128, __nv_bfloat16>(B, HV, V, T, false)
+                                      : tma_tile<128, float>(B, HV, V, T, false);
+                const double base = sdi ? time_tma<__nv_bfloat16>(stream, B, T, t.rows, t.warps, l2, true)
+                                        : time_tma<float>(stream, B, T, t.rows, t.warps, l2, true);
+                printf("mma %s T=%lld B=%lld | cuda-core %dx%d %.2f |", sdi ? "bf16" : "f32", (long long)T, (long long)B,
+                       t.rows, t.warps, base);
+                for (int rows = 16; rows <= (sdi ? 128 : 64); rows *= 2) {
+                    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
+                    const double us = sdi ? time_mma<__nv_bfloat16>(stream, B, T, rows, warps, l2, sms)
+                                          : time_mma<float>(stream, B, T, rows, warps, l2, sms);
+                    printf(" %dx%d %.2f", rows, warps, us);
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+    }
+}
+
 static void run_variants(cudaStream_t stream, size_t l2, double copy)
 {
     printf("\nvariants (cold us, %% of copy): tma rows x warps ..., regs RPL x warps\n");
@@ -565,7 +619,7 @@ static std::vector<int64_t> parse_list(const char *s)
 int main(int argc, char **argv)
 {
     const char *tsv_path = NULL;
-    bool variants = false, pdl = false, regs = false, tiles = false;
+    bool variants = false, pdl = false, regs = false, tiles = false, mma = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -578,6 +632,8 @@ int main(int argc, char **argv)
             regs = true;
         else if (!strcmp(argv[i], "--tiles"))
             tiles = true;
+        else if (!strcmp(argv[i], "--mma"))
+            mma = true;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
@@ -632,6 +688,8 @@ int main(int argc, char **argv)
         run_regs(stream, l2, copy, Ts, Bs);
     if (tiles)
         run_tiles(stream, l2, copy, Ts, Bs);
+    if (mma)
+        run_mma(stream, l2, Ts, Bs, prop.multiProcessorCount);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

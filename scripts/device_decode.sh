@@ -71,8 +71,8 @@ if [ "${DECODE_SKIP_TESTS:-0}" != 1 ]; then
     tests_rc=${PIPESTATUS[0]}
     tail -1 "$OUT/tests.log"
 
-    step "compute-sanitizer memcheck (pools, bad device indices, gating, extreme gates)"
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/test_cuda_recurrent" pool_decode bad_device gating extreme_gates \
+    step "compute-sanitizer memcheck (pools, bad device indices, gating, extreme gates, options)"
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/test_cuda_recurrent" pool_decode bad_device gating extreme_gates options \
         > "$OUT/memcheck.log" 2>&1
     san_rc=$?
     grep -E "ERROR SUMMARY|passed|Invalid" "$OUT/memcheck.log" | head -10

@@ -279,7 +279,7 @@ static int test_matrix(void)
                     o.dtype = dts[di];
                     o.K = KVs[ki][0];
                     o.V = KVs[ki][1];
-                    o.T = ki % 3 == 0 ? 1 : 4;
+                    o.T = ki % 3 == 0 ? 1 : ki < 3 ? 4 : 8; /* K = 128, V = 64 at T = 8: tensor cores */
                     run_case(&o, seed++);
                 }
             }
@@ -288,7 +288,8 @@ static int test_matrix(void)
     return TU_PASS;
 }
 
-/* Gate and norm options, GVA ratios, no initial state, beta dtypes. */
+/* Gate and norm options, GVA ratios, no initial state, beta dtypes; again on the tensor-core
+ * path. */
 static int test_options(void)
 {
     if (!need_gpu())
@@ -307,6 +308,21 @@ static int test_options(void)
         o.scale = v % 7 == 0 ? 0.3f : 0.0f;
         o.layout = v & 8 ? GDN_STATE_KV : GDN_STATE_VK;
         o.state_dtype = v % 6 == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        run_case(&o, seed++);
+    }
+    /* the same options on the tensor-core path (VK, 8 tokens; 12 with two chunks) */
+    for (int v = 0; v < 8; v++) {
+        opts o = base_opts();
+        o.T = v == 5 ? 12 : 8;
+        o.l2norm = v & 1;
+        o.raw_gates = (v >> 1) & 1;
+        o.allow_neg_eigval = o.raw_gates && (v >> 2) & 1;
+        o.initial_state = v % 3 != 0;
+        o.beta_dtype = v % 3 == 0 ? GDN_DTYPE_BF16 : v % 3 == 1 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
+        o.H = v % 3 == 0 ? 4 : v % 3 == 1 ? 1 : 2;
+        o.scale = v % 4 == 1 ? 0.3f : 0.0f;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.dtype = v == 6 ? GDN_DTYPE_F32 : v == 3 ? GDN_DTYPE_F16 : GDN_DTYPE_BF16;
         run_case(&o, seed++);
     }
     return TU_PASS;
@@ -351,6 +367,15 @@ static int test_varlen_and_batch(void)
         o.layout = v < 3 ? GDN_STATE_VK : GDN_STATE_KV;
         o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         o.steps = v % 3 == 1;
+        run_case(&o, seed++);
+    }
+    static const int32_t long_lens[6] = {9, 0, 12, 8, 17, 8}; /* 9 tokens on average: tensor cores */
+    for (int v = 0; v < 2; v++) {
+        opts o = base_opts();
+        o.nseq = 6;
+        memcpy(o.seqlens, long_lens, sizeof long_lens);
+        o.state_dtype = v ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.initial_state = v == 0;
         run_case(&o, seed++);
     }
     for (int v = 0; v < 4; v++) {
@@ -492,9 +517,9 @@ static int test_pool_decode(void)
         memset(&s, 0, sizeof s);
         s.label = (const char *[]){"pool T=1 VK f32",       "pool T=1 VK bf16",      "pool T=1 KV f32",
                                    "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2",
-                                   "pool T=4 VK f32 (tensor cores)", "pool T=5 VK bf16 null_slot_zero (tensor cores)"}[v];
+                                   "pool T=8 VK f32 (tensor cores)", "pool T=9 VK bf16 null_slot_zero (tensor cores)"}[v];
         s.N = 5;
-        s.T = v == 4 ? 3 : v == 5 ? 2 : v == 6 ? 4 : v == 7 ? 5 : 1;
+        s.T = v == 4 ? 3 : v == 5 ? 2 : v == 6 ? 8 : v == 7 ? 9 : 1;
         s.P = 9;
         s.idx[0][0] = 5;
         s.idx[1][0] = 2;

@@ -102,17 +102,20 @@ template <int K, typename StateT, typename InT> gdn_status launch_mma(const Recu
                           "gdn_recurrent_fwd: kernel launch");
 }
 
-/* The tensor-core path takes calls of at least 4 tokens per sequence (varlen: on average) on
- * bulk-copy state views at K <= 128 that write no per-step states (step_states, 2-D in-place
- * pools). Its cost hardly grows with the tokens of a chunk, the CUDA-core path's grows by one token
- * loop per token. Speed of the tensor-core path relative to the CUDA-core fast path (H100,
- * K = V = 128, HV = 32, B = 8 / 64 / 256, dev/decode/README.md): 2 and 3 tokens f32 0.77-0.92x,
- * bf16 0.72-0.98x; 4 tokens f32 0.99-1.10x, bf16 1.14-1.21x; 8 tokens f32 1.27-1.31x, bf16
- * 1.73-1.92x. */
+/* The tensor-core path takes calls of at least 8 tokens per sequence, or at least 4 from 128
+ * (sequence, value head) pairs on (varlen: tokens per sequence on average), on bulk-copy state
+ * views at K <= 128 that write no per-step states (step_states, 2-D in-place pools). Its cost
+ * hardly grows with the tokens of a chunk; the CUDA-core path's grows by one token loop per token.
+ * Measured against the CUDA-core fast path (bench_decode --mma, H100, K = V = 128, HV = 32, cold,
+ * each path with its launcher tile): 8 tokens faster at every B (f32 B = 1 9.4 against 12.4 us,
+ * B = 256 507 against 647; bf16 B = 256 339 against 567); 4 tokens slower at B = 1 and 2 (f32 8.95
+ * against 8.23 at B = 1), equal at B = 4 and 8 (f32), faster from B = 32 (f32 B = 256 436 against
+ * 458; bf16 from B = 4: B = 256 329 against 367); 2 and 3 tokens slower at every B. */
 inline bool use_mma_path(const RecurrentParams &prm, const gdn_problem *p)
 {
-    const bool multi_token = p->cu_seqlens ? p->T >= 4 * p->N : p->T >= 4;
-    return multi_token && p->K <= 128 && !prm.step_states && !(prm.inplace_state && prm.idx_2d);
+    const int64_t tokens = p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T; /* per sequence */
+    const bool enough = tokens >= 8 || (tokens >= 4 && p->N * p->HV >= 128);
+    return enough && p->K <= 128 && !prm.step_states && !(prm.inplace_state && prm.idx_2d);
 }
 
 template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)

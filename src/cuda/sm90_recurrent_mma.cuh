@@ -500,14 +500,17 @@ __global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const Recurre
     }
 }
 
-/* Launch shape of the tensor-core path: rows per CTA (the whole tile, halved while fewer than
- * 256 CTAs would run) and warps (one per 16 rows, at most 4). Host side; the launcher and the
- * benchmark share it. */
+/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4).
+ * Measured (bench_decode --mma, H100, K = V = 128, HV = 32, T = 2..8, B = 1..256): 4 warps of
+ * 64 rows are the best f32 tile at every batch (smaller tiles, even for B = 1, were up to 3x
+ * slower: the stage and the chunk's small products are paid per CTA); bf16 takes 128 rows (two
+ * passes per warp) from 1024 (sequence, head) pairs on (B = 32: 50.2 against 53.6 us at T = 4),
+ * 64 below (B = 8: 15.6 against 16.5). Host side; the launcher and the benchmark share it. */
 template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
 {
     int rows = tile_rows<K, StateT>();
-    while (rows > kMmaRows && N * HV * ((V + rows - 1) / rows) < 256)
-        rows /= 2;
+    if (N * HV < 1024 && rows > 64)
+        rows = 64;
     const int64_t v_rounded = (V + kMmaRows - 1) / kMmaRows * kMmaRows;
     if (rows > v_rounded)
         rows = (int)v_rounded;
