@@ -5,7 +5,8 @@
 #      and the benchmark;
 #   2. runs tests/test_cuda_recurrent (the option matrix against the float64 recurrence, fresh
 #      random inputs, poisoned outputs);
-#   3. runs compute-sanitizer --tool memcheck on small cases (pools, bad device indices, gating);
+#   3. runs compute-sanitizer --tool memcheck on small cases (pools, bad device indices, gating,
+#      extreme gates, the options sweep: both decode paths);
 #   4. runs bench/bench_decode (libgdn, hot and cold, copy ceiling) and bench/fla_decode.py (FLA),
 #      then prints the merged table and the targets last.
 # Logs and the results file (decode-results.txt) go to $OUT.

@@ -1,7 +1,8 @@
 /*
  * sm90_recurrent_mma.cuh - the multi-token recurrent forward on tensor cores (speculative verify,
- * multi-token prediction: T >= 2 tokens per sequence), GDN gates, VK state rows with K
- * contiguous, K = 64 or 128. Launched by sm90_recurrent_fwd.cu.
+ * multi-token prediction), GDN gates, VK state rows with K contiguous, K = 64 or 128. Launched by
+ * sm90_recurrent_fwd.cu for calls of at least 8 tokens per sequence, or 4 on at least 128
+ * (sequence, value head) pairs, that write no per-step states (use_mma_path).
  *
  * The chunk form of the delta rule over up to 8 tokens t of one (sequence, value head), state S
  * with rows r (values) and columns keys, S0 the state before the chunk:
@@ -13,28 +14,35 @@
  *   so that, for all rows at once, U = X M^T with M = (I + A)^-1 (unit lower triangular);
  *   o_t = S_t q_t = Gam_t S0 q_t + sum_{j <= t} D[t][j] (q_t . k_j) u_j
  *   S_8 = Gam_7 S0 + sum_j D[7][j] u_j k_j^T
- * Tokens past the end of a chunk are staged as e = 1, beta = 0, q = k = v = 0: they change
- * nothing, so every chunk is computed as 8 tokens.
+ * The decay products are taken directly (no division by Gam), so decays of 0 are exact. Tokens
+ * past the end of a chunk are staged as e = 1, beta = 0, q = k = v = 0: they change nothing, so
+ * every chunk is computed as 8 tokens; longer calls run chunk after chunk, the state staying in
+ * the tile between them (a bf16 state rounded there, as in the CUDA-core paths).
  *
- * Work per CTA: the state tile arrives by bulk copies as in the CUDA-core fast path
- * (recurrent_fwd_tma_kernel), the CTA stages the tokens, then each warp takes strips of 16 rows
- * into registers in the accumulator layout of mma.sync m16n8k8 (TF32) and runs:
- *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep) and, on the same operands, the chunk's
- *      q_t . k_j and k_t . k_j (16 x 8): every warp has its own copy, no reduction;
+ * Work per CTA (64 or 128 rows of one (sequence, value head), 4 warps): the state tile arrives by
+ * bulk copies as in the CUDA-core fast path (recurrent_fwd_tma_kernel) while warps 1..3 stage the
+ * tokens (q and k split into TF32 parts, see MmaStage); then each warp takes strips of 16 rows and
+ * runs, on mma.sync m16n8k8 TF32:
+ *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep), its A fragments read straight from the
+ *      tile, and on the same operands the chunk's q_t . k_j and k_t . k_j (16 x 8): every warp
+ *      has its own copy, no reduction and no barrier;
  *   2. M by forward substitution across the quad lanes (7 steps of shuffles), X, U = X M^T,
  *      O = Gam Pq + U Bm^T with Bm[t][j] = D[t][j] (q_t . k_j): three 16 x 8 x 8 products;
- *   3. the update S = Gam_7 S + (U D[7]) K^T: 16 x K x 8.
- * Every product is split into TF32 parts (x = hi + lo, three products hi*hi + hi*lo + lo*hi),
- * which keeps f32 accuracy; a bf16 state is exact in TF32, so its products skip lo.
+ *   3. the update S = Gam_7 S + (U D[7]) K^T, 16 x K x 8, streamed 16 keys at a time from the
+ *      tile through registers to global memory (or back to the tile when more chunks follow).
+ * The strip is never held in registers as a whole: at 64 more registers per thread the path
+ * spilled. Every product is split into TF32 parts (x = hi + lo, three products
+ * hi*hi + hi*lo + lo*hi), which keeps f32 accuracy; a bf16 state is exact in TF32, so its
+ * products with the state skip lo.
  *
- * Register layout (g = lane / 4, c = lane % 4): a strip is 16 rows x K keys, s[j][0..3] the
- * accumulator of n-tile j: rows g (0, 1) and g + 8 (2, 3), columns 2c, 2c + 1 of the tile. The
- * key of (n-tile j, column 2c + e) is kmap(j, c, e) = 16 (j / 2) + 4 c + 2 (j % 2) + e, chosen so
- * that (a) a lane's four keys of n-tiles 2m and 2m + 1 are contiguous (16-byte loads and stores of
- * the state), (b) the accumulators of n-tile j are, reordered, the A fragment of k-step j of
- * product 1 (its B operand loads q and k at the same keys). Likewise the token columns of
- * products 2 and 3 come out as 2c, 2c + 1 and are used as the A fragment with logical columns
- * (c, c + 4) standing for tokens (2c, 2c + 1); the B operands are loaded in that order.
+ * Fragment layout (g = lane / 4, c = lane % 4): the accumulator of a 16 x 8 tile holds rows g
+ * (0, 1) and g + 8 (2, 3), columns 2c, 2c + 1. Over the state's keys, n-tile j column 2c + e is
+ * key kmap(j, c, e) = 16 (j / 2) + 4 c + 2 (j % 2) + e, chosen so that (a) a lane's four keys of
+ * n-tiles 2m and 2m + 1 are contiguous (16-byte loads and stores of the state), (b) the same
+ * values, reordered, are the A fragment of k-step j of product 1 (its B operand loads q and k
+ * at the same keys). Likewise the token columns of products 2 and 3 come out as 2c, 2c + 1 and
+ * are used as the A fragment with logical columns (c, c + 4) standing for tokens (2c, 2c + 1);
+ * the B operands are loaded in that order.
  */
 #ifndef GDN_SM90_RECURRENT_MMA_CUH
 #define GDN_SM90_RECURRENT_MMA_CUH
