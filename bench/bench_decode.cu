@@ -404,6 +404,25 @@ static double time_kernel(cudaStream_t stream, int64_t B, int64_t T, gdn_dtype s
     return us;
 }
 
+/* Launches a bulk-copy kernel (kernel(p, rows): either fast path) with programmatic stream
+ * serialization (pdl) or plainly. */
+template <typename Kernel>
+static void launch_rows(Kernel kernel, cudaStream_t st, dim3 grid, int warps, size_t smem, bool pdl,
+                        const RecurrentParams &p, int rows)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)(32 * warps));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, kernel, p, rows));
+}
+
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
  * stream serialization (pdl) or plainly. */
 template <typename StateT>
@@ -417,16 +436,7 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
     return time_kernel(
         stream, B, T, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = grid;
-            cfg.blockDim = dim3((unsigned)(32 * warps));
-            cfg.stream = st;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = pdl ? 1 : 0;
-            CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, p, rows));
+            launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, st, grid, warps, 0, pdl, p, rows);
         },
         hot);
 }
@@ -530,17 +540,8 @@ static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
     CK((prepare_mma_kernel<128, StateT, __nv_bfloat16>()));
     const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3((unsigned)(32 * warps));
-        cfg.dynamicSmemBytes = mma_smem_bytes<128, StateT>();
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16>, p, rows));
+        launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16>, st, grid, warps, mma_smem_bytes<128, StateT>(),
+                    pdl, p, rows);
     });
 }
 

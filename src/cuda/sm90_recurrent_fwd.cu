@@ -43,19 +43,17 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
-/* The fast path: bulk copies of whole rows into a shared-memory tile. */
-template <int K, typename StateT, typename InT> gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+/* Launches a bulk-copy kernel (both fast paths: kernel(prm, rows)) over the problem's row blocks,
+ * value heads and sequences, with programmatic stream serialization where tma_use_pdl says so. */
+template <typename Kernel>
+gdn_status launch_tile_kernel(Kernel kernel, const RecurrentParams &prm, const gdn_problem *p, TmaTile tile,
+                              size_t smem)
 {
-    constexpr int RPL = default_rows_per_lane<K, StateT>();
-    const TmaTile tile = tma_tile<K, StateT>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL);
-    const int rows = tile.rows;
-    const dim3 grid((unsigned)((p->V + rows - 1) / rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
-    gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
-    if (st != GDN_OK)
-        return st;
+    const dim3 grid((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV,
+                    (unsigned)(p->N < 65535 ? p->N : 65535));
     int sms = 0;
-    st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
-                        "gdn_recurrent_fwd: device attribute");
+    gdn_status st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
+                                   "gdn_recurrent_fwd: device attribute");
     if (st != GDN_OK)
         return st;
     const int64_t ctas = (int64_t)grid.x * grid.y * grid.z;
@@ -63,44 +61,36 @@ template <int K, typename StateT, typename InT> gdn_status launch_tma(const Recu
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(32 * tile.warps);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = (cudaStream_t)p->stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = tma_use_pdl(ctas, sms) ? 1 : 0;
-    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, rows),
-                          "gdn_recurrent_fwd: kernel launch");
+    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, prm, tile.rows), "gdn_recurrent_fwd: kernel launch");
+}
+
+/* The fast path: bulk copies of whole rows into a shared-memory tile. */
+template <int K, typename StateT, typename InT> gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+{
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
+    if (st != GDN_OK)
+        return st;
+    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, p,
+                              tma_tile<K, StateT>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL), 0);
 }
 
 /* The tensor-core path (multi-token calls). */
 template <int K, typename StateT, typename InT> gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
 {
-    const TmaTile tile = mma_tile<K, StateT>(p->N, p->HV, p->V);
-    const dim3 grid((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV,
-                    (unsigned)(p->N < 65535 ? p->N : 65535));
-    gdn_status st = gdn_cuda_check(prepare_mma_kernel<K, StateT, InT>(), "gdn_recurrent_fwd: shared memory attributes");
+    const gdn_status st =
+        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT>(), "gdn_recurrent_fwd: shared memory attributes");
     if (st != GDN_OK)
         return st;
-    int sms = 0;
-    st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
-                        "gdn_recurrent_fwd: device attribute");
-    if (st != GDN_OK)
-        return st;
-    const int64_t ctas = (int64_t)grid.x * grid.y * grid.z;
-
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(32 * tile.warps);
-    cfg.dynamicSmemBytes = mma_smem_bytes<K, StateT>();
-    cfg.stream = (cudaStream_t)p->stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tma_use_pdl(ctas, sms) ? 1 : 0;
-    return gdn_cuda_check(cudaLaunchKernelEx(&cfg, recurrent_fwd_mma_kernel<K, StateT, InT>, prm, tile.rows),
-                          "gdn_recurrent_fwd: kernel launch");
+    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT>, prm, p, mma_tile<K, StateT>(p->N, p->HV, p->V),
+                              mma_smem_bytes<K, StateT>());
 }
 
 /* The tensor-core path takes calls of at least 8 tokens per sequence, or at least 4 from 128

@@ -219,6 +219,74 @@ __device__ __forceinline__ bool sequence_start(const RecurrentParams &p, int64_t
     return true;
 }
 
+/* Sequence n's tokens: b (its batch row of q / k / v / o), [bos, eos) clamped so that any
+ * cu_seqlens content stays in bounds, and packed0, the packed index of its first token. */
+struct SeqRange {
+    int64_t b, bos, eos, packed0;
+};
+
+__device__ __forceinline__ SeqRange sequence_range(const RecurrentParams &p, int64_t n)
+{
+    SeqRange r = {n, 0, p.T, n * p.T};
+    if (p.cu_seqlens) {
+        r.b = 0;
+        r.bos = clamp64(p.cu_seqlens[n], 0, p.T);
+        r.eos = clamp64(p.cu_seqlens[n + 1], r.bos, p.T);
+        r.packed0 = r.bos;
+    }
+    return r;
+}
+
+/* Warp 0 of a bulk-copy CTA (both fast paths): looks up sequence n's slot and issues one bulk copy
+ * per state row of the CTA (rows row_base .. + cta_rows of value head hv, into tile with row stride
+ * K), each completing on the barrier of its pass of pass_rows rows; *s_src / *s_live receive the
+ * slot for the whole CTA (read after a barrier). */
+template <int K, typename StateT>
+__device__ __forceinline__ void issue_state_tile(const RecurrentParams &p, int64_t n, int hv, StateT *tile,
+                                                 int row_base, int cta_rows, int pass_rows, int passes, uint64_t *bar,
+                                                 StateT **s_src, int *s_live)
+{
+    constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
+    const int lane = threadIdx.x & 31;
+    StateT *src0;
+    const bool live0 = sequence_start(p, n, hv, &src0);
+    if (live0 && src0) {
+        if (lane < passes) {
+            const int first = lane * pass_rows;
+            const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
+            mbar_expect_tx(&bar[lane], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
+        }
+        for (int i = lane; i < cta_rows; i += 32)
+            bulk_load(&tile[i * K], src0 + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
+    }
+    if (lane == 0) {
+        *s_src = src0;
+        *s_live = live0;
+    }
+}
+
+/* A skipped sequence in a bulk-copy CTA: zeros for its rows row_base .. + cta_rows (zero_outputs,
+ * the CUDA-core lane mapping), run by the whole CTA. */
+template <int K, typename StateT, typename InT>
+__device__ __forceinline__ void zero_cta_outputs(const RecurrentParams &p, const SeqRange &sr, int64_t n, int hv,
+                                                 int row_base, int cta_rows)
+{
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    constexpr int VE = 16 / sizeof(StateT), NV = K / (kLanesPerRow * VE), EPL = NV * VE;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    for (int r0 = warp * 4 * RPL; r0 < cta_rows; r0 += nwarps * 4 * RPL) {
+        int rows[RPL];
+        bool row_ok[RPL];
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+            rows[r] = row_base + r0 + r * 4 + group;
+            row_ok[r] = r0 + r * 4 + group < cta_rows;
+        }
+        zero_outputs<StateT, InT, RPL, EPL, VE, NV, true>(p, rows, row_ok, gl, sr.b, sr.bos, sr.eos, sr.packed0, n, hv);
+    }
+}
+
 /* The running scale: registers hold S~ with S = c * S~, so that the decay of a token is one
  * multiply of the scalar c and the update one FMA per element. c is the same for every row of a
  * (sequence, value head), hence uniform over the CTA; it is folded back into S~ (S~ *= c, c = 1)
@@ -378,7 +446,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
     }
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
-        /* Token range, clamped so that any cu_seqlens content stays in bounds. */
+        /* Token range, clamped so that any cu_seqlens content stays in bounds. (Not sequence_range:
+         * with it this kernel's register count moved, 93 -> 97 at K = 128, 99 -> 80 at K = 64.) */
         int64_t b = n, bos = 0, eos = p.T;
         if (p.cu_seqlens) {
             b = 0;
@@ -450,7 +519,6 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     constexpr int EPL = NV * VE;
     constexpr int ROWS_PER_WARP = 4 * RPL;
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
-    constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
     static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
     __shared__ TokenStage<K, TILE_ROWS> st;
@@ -475,14 +543,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     uint32_t phase = 0;
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
-        int64_t b = n, bos = 0, eos = p.T;
-        if (p.cu_seqlens) {
-            b = 0;
-            bos = clamp64(p.cu_seqlens[n], 0, p.T);
-            eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
-        }
-        const int64_t len = eos - bos;
-        const int64_t packed0 = p.cu_seqlens ? bos : n * p.T;
+        const SeqRange sr = sequence_range(p, n);
+        const int64_t b = sr.b, bos = sr.bos, eos = sr.eos, len = eos - bos, packed0 = sr.packed0;
 
         /* The tile and the stage of the previous sequence are no longer read; order those generic
          * accesses before the bulk copies that overwrite the tile. */
@@ -490,23 +552,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         __syncthreads();
         /* Warp 0 looks up the slot and issues the bulk copies while the other warps stage the
          * tokens (stage_tokens starts on warp 1), so the slot lookup does not delay the stage. */
-        if (warp == 0) {
-            StateT *src0;
-            const bool live0 = sequence_start(p, n, hv, &src0);
-            if (live0 && src0) {
-                if (lane < passes) {
-                    const int first = lane * pass_rows;
-                    const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
-                    mbar_expect_tx(&bar[lane], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
-                }
-                for (int i = lane; i < cta_rows; i += 32)
-                    bulk_load(&tile[i * K], src0 + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
-            }
-            if (lane == 0) {
-                s_src = src0;
-                s_live = live0;
-            }
-        }
+        if (warp == 0)
+            issue_state_tile<K, StateT>(p, n, hv, tile, row_base, cta_rows, pass_rows, passes, bar, &s_src, &s_live);
         if (!p.state_indices && !p.state_in) /* no initial state: zeros */
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
@@ -514,7 +561,8 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
-        if (!s_live) { /* skipped: uniform over the CTA */
+        if (!s_live) { /* skipped: uniform over the CTA (zero_cta_outputs, inlined here: through it
+                        * this kernel took 116-128 registers instead of 96 at K = 64) */
             for (int ps = 0; ps < passes; ps++) {
                 int rows[RPL];
                 bool row_ok[RPL];

@@ -394,7 +394,6 @@ __global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const Recurre
 {
     static_assert(K == 64 || K == 128, "the tensor-core path keeps 16 rows x K keys in registers");
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
-    constexpr uint32_t ROW_BYTES = K * sizeof(StateT);
     constexpr int MAX_PASSES = TILE_ROWS / kMmaRows;
     using Stage = MmaStage<K, TILE_ROWS>;
     extern __shared__ __align__(128) unsigned char mma_smem[];
@@ -420,34 +419,13 @@ __global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const Recurre
     uint32_t phase = 0;
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
-        int64_t b = n, bos = 0, eos = p.T;
-        if (p.cu_seqlens) {
-            b = 0;
-            bos = clamp64(p.cu_seqlens[n], 0, p.T);
-            eos = clamp64(p.cu_seqlens[n + 1], bos, p.T);
-        }
-        const int64_t len = eos - bos;
-        const int64_t packed0 = p.cu_seqlens ? bos : n * p.T;
+        const SeqRange sr = sequence_range(p, n);
+        const int64_t b = sr.b, bos = sr.bos, len = sr.eos - sr.bos;
 
         fence_proxy_async();
         __syncthreads();
-        if (warp == 0) {
-            StateT *src0;
-            const bool live0 = sequence_start(p, n, hv, &src0);
-            if (live0 && src0) {
-                if (lane < passes) {
-                    const int first = lane * pass_rows;
-                    const int n_rows = cta_rows - first < pass_rows ? cta_rows - first : pass_rows;
-                    mbar_expect_tx(&bar[lane], n_rows > 0 ? (uint32_t)n_rows * ROW_BYTES : 0u);
-                }
-                for (int i = lane; i < cta_rows; i += 32)
-                    bulk_load(&tile[i * K], src0 + (int64_t)(row_base + i) * p.st_in.sv, ROW_BYTES, &bar[i / pass_rows]);
-            }
-            if (lane == 0) {
-                s_src = src0;
-                s_live = live0;
-            }
-        }
+        if (warp == 0)
+            issue_state_tile<K, StateT>(p, n, hv, tile, row_base, cta_rows, pass_rows, passes, bar, &s_src, &s_live);
         if (!p.state_indices && !p.state_in)
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
@@ -455,20 +433,8 @@ __global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const Recurre
         mma_stage_chunk<K, InT>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
-        if (!s_live) { /* skipped: uniform over the CTA; zeros in the CUDA-core paths' lane mapping */
-            constexpr int RPL = default_rows_per_lane<K, StateT>();
-            constexpr int VE = 16 / sizeof(StateT), NV = K / (kLanesPerRow * VE), EPL = NV * VE;
-            const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
-            for (int r0 = warp * 4 * RPL; r0 < cta_rows; r0 += nwarps * 4 * RPL) {
-                int rows[RPL];
-                bool row_ok[RPL];
-#pragma unroll
-                for (int r = 0; r < RPL; r++) {
-                    rows[r] = row_base + r0 + r * 4 + group;
-                    row_ok[r] = r0 + r * 4 + group < cta_rows;
-                }
-                zero_outputs<StateT, InT, RPL, EPL, VE, NV, true>(p, rows, row_ok, gl, b, bos, eos, packed0, n, hv);
-            }
+        if (!s_live) { /* skipped: uniform over the CTA */
+            zero_cta_outputs<K, StateT, InT>(p, sr, n, hv, row_base, cta_rows);
             continue;
         }
 
