@@ -4,8 +4,8 @@
  * dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
  * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
  * path (KV layout, unaligned strides); on the bulk-copy views, multi-token calls go to the
- * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch. Grid: (row blocks, HV,
- * sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
+ * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
+ * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
  * programmatic stream serialization where that measured faster (tma_use_pdl).
  */
 #include "cuda_common.cuh"

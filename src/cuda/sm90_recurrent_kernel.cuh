@@ -189,9 +189,8 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
                 st.v[j][rr] = gdn_to_f32<InT>(token_v<InT>(p, b, tok0 + j, hv, row_base + rr));
     } else {
         for (int i = threadIdx.x; i < tc * rows_per_cta; i += blockDim.x) {
-            const int j = i / rows_per_cta, rr = i - j * rows_per_cta, row = row_base + rr;
-            const InT *v = (const InT *)p.v + b * p.v_s[0] + (tok0 + j) * p.v_s[1] + hv * p.v_s[2];
-            st.v[j][rr] = row < p.V ? gdn_to_f32<InT>(v[(int64_t)row * p.v_s[3]]) : 0.0f;
+            const int j = i / rows_per_cta, rr = i - j * rows_per_cta;
+            st.v[j][rr] = gdn_to_f32<InT>(token_v<InT>(p, b, tok0 + j, hv, row_base + rr));
         }
     }
 }

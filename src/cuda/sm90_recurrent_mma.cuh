@@ -138,18 +138,9 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* d += A B to f32 accuracy: the small products first; lo * lo is below f32 rounding. */
-template <bool A_EXACT>
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const FragA &a, Tf32Pair b0, Tf32Pair b1)
-{
-    if constexpr (!A_EXACT)
-        mma_tf32(d, a.lo, b0.hi, b1.hi);
-    mma_tf32(d, a.hi, b0.lo, b1.lo);
-    mma_tf32(d, a.hi, b0.hi, b1.hi);
-}
-
-/* mma_3xtf32 into two accumulators, the main product and the small ones, so that a long sum over
- * k-steps is two dependency chains, not one three times as long (product 1: K / 8 k-steps). */
+/* big + small += A B to f32 accuracy: the small products (into small) first; lo * lo is below
+ * f32 rounding. Two accumulators make a long sum over k-steps two dependency chains, not one three
+ * times as long (product 1: K / 8 k-steps); mma_3xtf32 is the one-accumulator form. */
 template <bool A_EXACT>
 __device__ __forceinline__ void mma_3xtf32_2acc(float (&big)[4], float (&small)[4], const FragA &a, Tf32Pair b0,
                                                 Tf32Pair b1)
@@ -158,6 +149,12 @@ __device__ __forceinline__ void mma_3xtf32_2acc(float (&big)[4], float (&small)[
         mma_tf32(small, a.lo, b0.hi, b1.hi);
     mma_tf32(small, a.hi, b0.lo, b1.lo);
     mma_tf32(big, a.hi, b0.hi, b1.hi);
+}
+
+template <bool A_EXACT>
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const FragA &a, Tf32Pair b0, Tf32Pair b1)
+{
+    mma_3xtf32_2acc<A_EXACT>(d, d, a, b0, b1);
 }
 
 /* Four consecutive state elements as f32, and back (global stores spelled in PTX: see
@@ -196,6 +193,18 @@ template <typename StateT, bool GLOBAL> __device__ __forceinline__ void st_state
         else
             *reinterpret_cast<uint2 *>(ptr) = w;
     }
+}
+
+/* Keys key .. key + 3 of rows `row` and `row` + 8 (y0, y1) to rows0 (row stride sv), rows past
+ * cta_rows skipped: global memory (GLOBAL) or the tile. */
+template <typename StateT, bool GLOBAL>
+__device__ __forceinline__ void st_rows_pair(StateT *rows0, int64_t sv, int row, int cta_rows, int key, float4 y0,
+                                             float4 y1)
+{
+    if (row < cta_rows)
+        st_state4<StateT, GLOBAL>(rows0 + row * sv + key, y0);
+    if (row + 8 < cta_rows)
+        st_state4<StateT, GLOBAL>(rows0 + (row + 8) * sv + key, y1);
 }
 
 /* Keys key .. key + 3 of tile row `row` as f32 (0 for rows >= cta_rows: past V, unfilled). */
@@ -366,19 +375,12 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
                           Tf32Pair{__float_as_uint(k1[fo1]), __float_as_uint(k1[fo1 + 2])});
         const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
         if (dst.tile) {
-            if (vr < cta_rows)
-                st_state4<StateT, false>(tile + vr * K + key, y0);
-            if (vr + 8 < cta_rows)
-                st_state4<StateT, false>(tile + (vr + 8) * K + key, y1);
+            st_rows_pair<StateT, false>(tile, K, vr, cta_rows, key, y0, y1);
         } else {
-            if (dst.fin && vr < cta_rows)
-                st_state4<StateT, true>(dst.fin + vr * dst.fin_sv + key, y0);
-            if (dst.fin && vr + 8 < cta_rows)
-                st_state4<StateT, true>(dst.fin + (vr + 8) * dst.fin_sv + key, y1);
-            if (dst.inp && vr < cta_rows)
-                st_state4<StateT, true>(dst.inp + vr * dst.inp_sv + key, y0);
-            if (dst.inp && vr + 8 < cta_rows)
-                st_state4<StateT, true>(dst.inp + (vr + 8) * dst.inp_sv + key, y1);
+            if (dst.fin)
+                st_rows_pair<StateT, true>(dst.fin, dst.fin_sv, vr, cta_rows, key, y0, y1);
+            if (dst.inp)
+                st_rows_pair<StateT, true>(dst.inp, dst.inp_sv, vr, cta_rows, key, y0, y1);
         }
     }
 }
@@ -392,7 +394,7 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 template <int K, typename StateT, typename InT>
 __global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
 {
-    static_assert(K == 64 || K == 128, "the tensor-core path keeps 16 rows x K keys in registers");
+    static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
     constexpr int MAX_PASSES = TILE_ROWS / kMmaRows;
     using Stage = MmaStage<K, TILE_ROWS>;
@@ -493,18 +495,22 @@ template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_
 }
 
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
- * carveout once per instance (function attributes: safe under graph capture). */
+ * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
+ * instance. */
+template <int K, typename StateT, typename InT> cudaError_t set_mma_kernel_attributes()
+{
+    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)mma_smem_bytes<K, StateT>());
+    if (e != cudaSuccess)
+        return e;
+    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                (int)cudaSharedmemCarveoutMaxShared);
+}
+
 template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
 {
-    static const cudaError_t err = [] {
-        cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)mma_smem_bytes<K, StateT>());
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
-                                     cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-        return e;
-    }();
+    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT>();
     return err;
 }
 
