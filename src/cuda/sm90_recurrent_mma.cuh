@@ -56,13 +56,13 @@ constexpr int kMmaRows = 16; /* state rows per warp strip: the mma's M */
 
 /* Shared staging of one chunk for the tensor-core path. stage_token writes q, k (through
  * stage_put_qk), e, beta, kq; mma_stage_chunk pads the chunk to 8 tokens; mma_prep_chunk derives
- * d and gam. q and k of token t are stored split into TF32 parts (tf32_split), per pair of keys
- * (2P, 2P + 1) one 16-byte piece {hi 2P, hi 2P+1, lo 2P, lo 2P+1} at piece index P ^ t (qk_piece):
- * product 1 reads one piece per k-step and operand, the update reads one key of tokens 2c and
- * 2c + 1, both without bank conflicts beyond two-way. */
+ * d and gam. q and k are kept as f32 (split into TF32 parts where they are read: kept split, they
+ * took 8 KB more, and the tile then fitted four CTAs per SM, not five), key pairs swizzled per
+ * token (qk_off) so that product 1's 8-byte reads and the update's 4-byte reads are free of bank
+ * conflicts. */
 template <int K, int ROWS> struct MmaStage {
-    alignas(16) float q[kTokenChunk][2 * K]; /* l2-normalised (if asked) and scaled */
-    alignas(16) float k[kTokenChunk][2 * K];
+    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled */
+    alignas(16) float k[kTokenChunk][K];
     alignas(16) float d[kTokenChunk][kTokenChunk]; /* D[t][j], 0 above the diagonal */
     alignas(16) float gam[kTokenChunk];            /* Gam_t */
     alignas(16) float e[kTokenChunk];
@@ -71,10 +71,14 @@ template <int K, int ROWS> struct MmaStage {
     float v[kTokenChunk][ROWS];
 };
 
-/* Float offset of the piece of key pair P of token t in MmaStage::q / k. */
-__device__ __forceinline__ int qk_piece(int t, int P)
+/* Float offset of `key` of token t in MmaStage::q / k: key pair P = key / 2 goes to pair
+ * P ^ s(t), s(t) flipping bit 0 by t0 ^ t2 and bit 3 by t1. Product 1 (a half warp: tokens
+ * t0..t1 times lanes c, pairs 8m + 2c + hh) and the update (a warp: tokens 2c + 0 / 1 times
+ * pairs of g / 2, element g % 2) then hit 16 distinct bank pairs. */
+__device__ __forceinline__ int qk_off(int t, int key)
 {
-    return (P ^ t) << 2;
+    const int s = ((t ^ (t >> 2)) & 1) | ((t & 2) << 2);
+    return (((key >> 1) ^ s) << 1) | (key & 1);
 }
 
 template <int K, typename StateT> __host__ __device__ constexpr size_t mma_smem_bytes()
@@ -99,12 +103,9 @@ __device__ __forceinline__ Tf32Pair tf32_split(float x)
 template <int K, int ROWS>
 __device__ __forceinline__ void stage_put_qk(MmaStage<K, ROWS> &st, int j, int key, float q, float k)
 {
-    const int off = qk_piece(j, key >> 1) + (key & 1);
-    const Tf32Pair qs = tf32_split(q), ks = tf32_split(k);
-    st.q[j][off] = __uint_as_float(qs.hi);
-    st.q[j][off + 2] = __uint_as_float(qs.lo);
-    st.k[j][off] = __uint_as_float(ks.hi);
-    st.k[j][off + 2] = __uint_as_float(ks.lo);
+    const int off = qk_off(j, key);
+    st.q[j][off] = q;
+    st.k[j][off] = k;
 }
 
 /* An A fragment (a0..a3) split into TF32 parts; EXACT: the values are TF32 already (bf16 state). */
@@ -221,8 +222,8 @@ __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaSta
                                                 int64_t tok0, int tc, int h, int hv, int row_base, int cta_rows)
 {
     stage_tokens<K, InT, 2, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
-    for (int i = threadIdx.x; i < (kTokenChunk - tc) * 2 * K; i += blockDim.x) {
-        const int j = tc + i / (2 * K), d = i % (2 * K);
+    for (int i = threadIdx.x; i < (kTokenChunk - tc) * K; i += blockDim.x) {
+        const int j = tc + i / K, d = i % K;
         st.q[j][d] = 0.0f;
         st.k[j][d] = 0.0f;
     }
@@ -264,21 +265,18 @@ __device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, cons
 #pragma unroll
     for (int i = 0; i < 4; i++)
         pk[i] = pq[i] = dots[i] = pk2[i] = pq2[i] = dots2[i] = 0.0f;
-    /* k-step j = 2m + hh: keys kmap(j, c, 0..1) = 16m + 4c + 2hh + 0..1, key pair 8m + 2c + hh */
-    const int off0 = qk_piece(g, 2 * c), off1 = qk_piece(g, 2 * c + 1);
+    /* k-step j = 2m + hh: keys kmap(j, c, 0..1) = 16m + 4c + 2hh + 0..1 */
 #pragma unroll 2
     for (int m = 0; m < K / 16; m++) {
         const float4 r0 = tile_piece(tile, K, srow + g, cta_rows, 16 * m + 4 * c);
         const float4 r1 = tile_piece(tile, K, srow + g + 8, cta_rows, 16 * m + 4 * c);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-            const int off = 32 * m + (hh ? off1 : off0);
-            const float4 kp = *reinterpret_cast<const float4 *>(&st.k[g][off]);
-            const float4 qp = *reinterpret_cast<const float4 *>(&st.q[g][off]);
-            const Tf32Pair kb0{__float_as_uint(kp.x), __float_as_uint(kp.z)};
-            const Tf32Pair kb1{__float_as_uint(kp.y), __float_as_uint(kp.w)};
-            const Tf32Pair qb0{__float_as_uint(qp.x), __float_as_uint(qp.z)};
-            const Tf32Pair qb1{__float_as_uint(qp.y), __float_as_uint(qp.w)};
+            const int off = qk_off(g, 16 * m + 4 * c + 2 * hh);
+            const float2 kp = *reinterpret_cast<const float2 *>(&st.k[g][off]);
+            const float2 qp = *reinterpret_cast<const float2 *>(&st.q[g][off]);
+            const Tf32Pair kb0 = tf32_split(kp.x), kb1 = tf32_split(kp.y);
+            const Tf32Pair qb0 = tf32_split(qp.x), qb1 = tf32_split(qp.y);
             const FragA a = hh ? frag_a<A_EXACT>(r0.z, r1.z, r0.w, r1.w) : frag_a<A_EXACT>(r0.x, r1.x, r0.y, r1.y);
             mma_3xtf32_2acc<A_EXACT>(pk, pk2, a, kb0, kb1);
             mma_3xtf32_2acc<A_EXACT>(pq, pq2, a, qb0, qb1);
@@ -356,23 +354,18 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 
     /* S = Gam_7 S + (U D[7]) K^T: n-tile j's column g is key kmap(j, g / 2, g % 2) */
     const FragA ud = frag_a<false>(u[0] * dl.x, u[2] * dl.x, u[1] * dl.y, u[3] * dl.y);
-    /* key kmap(j, g / 2, g % 2) = 16 (j / 2) + 4 (g / 2) + 2 (j % 2) + g % 2: pair 8 (j / 2) + 2 (g / 2) + j % 2 */
-    const float *k0 = &st.k[2 * c][g & 1], *k1 = &st.k[2 * c + 1][g & 1];
-    const int e0 = qk_piece(2 * c, 2 * (g >> 1)), o0 = qk_piece(2 * c, 2 * (g >> 1) + 1);
-    const int e1 = qk_piece(2 * c + 1, 2 * (g >> 1)), o1 = qk_piece(2 * c + 1, 2 * (g >> 1) + 1);
+    const float *k0 = st.k[2 * c], *k1 = st.k[2 * c + 1];
 #pragma unroll 2
     for (int m = 0; m < K / 16; m++) {
-        /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8 */
-        const int key = 16 * m + 4 * c;
+        /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8; as B operands,
+         * their column g is key 16m + 4 (g / 2) + g % 2 (+ 2) */
+        const int key = 16 * m + 4 * c, kb = 16 * m + 4 * (g >> 1) + (g & 1);
         const float4 x0 = tile_piece(tile, K, vr, cta_rows, key);
         const float4 x1 = tile_piece(tile, K, vr + 8, cta_rows, key);
         float s0[4] = {glast * x0.x, glast * x0.y, glast * x1.x, glast * x1.y};
         float s1[4] = {glast * x0.z, glast * x0.w, glast * x1.z, glast * x1.w};
-        const int fe0 = 32 * m + e0, fe1 = 32 * m + e1, fo0 = 32 * m + o0, fo1 = 32 * m + o1;
-        mma_3xtf32<false>(s0, ud, Tf32Pair{__float_as_uint(k0[fe0]), __float_as_uint(k0[fe0 + 2])},
-                          Tf32Pair{__float_as_uint(k1[fe1]), __float_as_uint(k1[fe1 + 2])});
-        mma_3xtf32<false>(s1, ud, Tf32Pair{__float_as_uint(k0[fo0]), __float_as_uint(k0[fo0 + 2])},
-                          Tf32Pair{__float_as_uint(k1[fo1]), __float_as_uint(k1[fo1 + 2])});
+        mma_3xtf32<false>(s0, ud, tf32_split(k0[qk_off(2 * c, kb)]), tf32_split(k1[qk_off(2 * c + 1, kb)]));
+        mma_3xtf32<false>(s1, ud, tf32_split(k0[qk_off(2 * c, kb + 2)]), tf32_split(k1[qk_off(2 * c + 1, kb + 2)]));
         const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
         if (dst.tile) {
             st_rows_pair<StateT, false>(tile, K, vr, cta_rows, key, y0, y1);
@@ -385,6 +378,14 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     }
 }
 
+/* CTAs per SM the register budget is set for: at K = 128 five (at most 96 registers; shared
+ * memory allows five as well, 43.5 KB f32 / 45.5 KB bf16), at K = 64 four (capped at 96 it
+ * spilled up to 60 bytes). */
+__host__ __device__ constexpr int mma_min_ctas(int K)
+{
+    return K == 128 ? 5 : 4;
+}
+
 /* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most tile_rows()) of
  * one (sequence, value head); warps take strips of 16 rows in passes of blockDim / 2 rows. The
  * state tile, the slot lookup, the pass barriers and programmatic launch are those of
@@ -392,7 +393,7 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
  * step_states or 2-D in-place pools to the CUDA-core paths). Dynamic shared memory:
  * mma_smem_bytes<K, StateT>(). */
 template <int K, typename StateT, typename InT>
-__global__ void __launch_bounds__(128, 4) recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
+__global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
