@@ -468,7 +468,7 @@ static int test_single_token_paths(void)
 
 /* Multi-token calls on at least 2560 tiles of a (sequence, value head) (several waves of CTAs):
  * both state dtypes, per-step states, two chunks of tokens, no initial state, varlen with empty
- * sequences. */
+ * sequences; then 3 tokens of a bf16 state on 512 pairs (the tensor-core path). */
 static int test_multi_token_paths(void)
 {
     if (!need_gpu())
@@ -485,6 +485,10 @@ static int test_multi_token_paths(void)
         o.initial_state = v != 2;
         run_case(&o, seed++);
     }
+    opts o3 = base_opts();
+    o3.H = 16, o3.HV = 32, o3.B = 16, o3.K = o3.V = 128, o3.T = 3;
+    o3.state_dtype = GDN_DTYPE_BF16;
+    run_case(&o3, seed++);
     opts o = base_opts();
     o.H = 16, o.HV = 128;
     o.nseq = 16;

@@ -93,19 +93,23 @@ template <int K, typename StateT, typename InT> gdn_status launch_mma(const Recu
                               mma_smem_bytes<K, StateT>());
 }
 
-/* The tensor-core path takes calls of at least 8 tokens per sequence, or at least 4 from 128
- * (sequence, value head) pairs on (varlen: tokens per sequence on average), on bulk-copy state
- * views at K <= 128 that write no per-step states (step_states, 2-D in-place pools). Its cost
- * hardly grows with the tokens of a chunk; the CUDA-core path's grows by one token loop per token.
- * Measured against the CUDA-core fast path (bench_decode --mma, H100, K = V = 128, HV = 32, cold,
- * each path with its launcher tile): 8 tokens faster at every B (f32 B = 1 9.4 against 12.4 us,
- * B = 256 507 against 647; bf16 B = 256 339 against 567); 4 tokens slower at B = 1 and 2 (f32 8.95
- * against 8.23 at B = 1), equal at B = 4 and 8 (f32), faster from B = 32 (f32 B = 256 436 against
- * 458; bf16 from B = 4: B = 256 329 against 367); 2 and 3 tokens slower at every B. */
+/* The tensor-core path takes calls of at least 8 tokens per sequence, at least 4 from 128
+ * (sequence, value head) pairs on, or with a bf16 state at least 3 from 256 pairs on (varlen:
+ * tokens per sequence on average), on bulk-copy state views at K <= 128 that write no per-step
+ * states (step_states, 2-D in-place pools). Its cost hardly grows with the tokens of a chunk; the
+ * CUDA-core path's grows by one token loop per token. Measured against the CUDA-core fast path
+ * (bench_decode --mma, H100, K = V = 128, HV = 32, cold, each path with its launcher tile; five
+ * tensor-core CTAs per SM, 5bdf161): 8 tokens faster at every B (f32 B = 8 19.9 against 26.8 us,
+ * B = 256 455 against 644); 4 tokens slower at B = 1 and 2 (f32 8.85 against 8.18 at B = 1),
+ * faster from B = 4 (f32 11.8 against 12.8, B = 256 393 against 462; bf16 B = 256 281 against
+ * 367); 3 tokens: f32 equal or slower at every B (B = 256 381.7 against 381.2), bf16 faster from
+ * B = 8 (13.6 against 15.3, B = 256 279 against 299), equal at B = 4; 2 tokens slower at every B. */
 inline bool use_mma_path(const RecurrentParams &prm, const gdn_problem *p)
 {
     const int64_t tokens = p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T; /* per sequence */
-    const bool enough = tokens >= 8 || (tokens >= 4 && p->N * p->HV >= 128);
+    const int64_t pairs = p->N * p->HV;
+    const bool enough = tokens >= 8 || (tokens >= 4 && pairs >= 128) ||
+                        (tokens >= 3 && p->state_dtype == GDN_DTYPE_BF16 && pairs >= 256);
     return enough && p->K <= 128 && !prm.step_states && !(prm.inplace_state && prm.idx_2d);
 }
 

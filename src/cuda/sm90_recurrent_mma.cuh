@@ -2,7 +2,8 @@
  * sm90_recurrent_mma.cuh - the multi-token recurrent forward on tensor cores (speculative verify,
  * multi-token prediction), GDN gates, VK state rows with K contiguous, K = 64 or 128. Launched by
  * sm90_recurrent_fwd.cu for calls of at least 8 tokens per sequence, or 4 on at least 128
- * (sequence, value head) pairs, that write no per-step states (use_mma_path).
+ * (sequence, value head) pairs (3 on 256 with a bf16 state), that write no per-step states
+ * (use_mma_path).
  *
  * The chunk form of the delta rule over up to 8 tokens t of one (sequence, value head), state S
  * with rows r (values) and columns keys, S0 the state before the chunk:
