@@ -25,10 +25,11 @@
  * tokens (q and k split into TF32 parts, see MmaStage); then each warp takes strips of 16 rows and
  * runs, on mma.sync m16n8k8 TF32:
  *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep), its A fragments read straight from the
- *      tile, and on the same operands the chunk's q_t . k_j and k_t . k_j (16 x 8): every warp
- *      has its own copy, no reduction and no barrier;
- *   2. M by forward substitution across the quad lanes (7 steps of shuffles), X, U = X M^T,
- *      O = Gam Pq + U Bm^T with Bm[t][j] = D[t][j] (q_t . k_j): three 16 x 8 x 8 products;
+ *      tile, and on its first strip of a chunk, on the same operands, the chunk's q_t . k_j and
+ *      k_t . k_j (16 x 8): every warp has its own copy, no reduction and no barrier;
+ *   2. on its first strip, M by forward substitution across the quad lanes (7 steps of shuffles)
+ *      and Bm[t][j] = D[t][j] (q_t . k_j), kept for its other strips (chunk_solve); X,
+ *      U = X M^T, O = Gam Pq + U Bm^T: three 16 x 8 x 8 products;
  *   3. the update S = Gam_7 S + (U D[7]) K^T, 16 x K x 8, streamed 16 keys at a time from the
  *      tile through registers to global memory (or back to the tile when more chunks follow).
  * The strip is never held in registers as a whole: at 64 more registers per thread the path
@@ -254,10 +255,11 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaSta
 }
 
 /* Product 1 for the strip of tile rows srow .. + 15: pk = S0 k_t and pq = S0 q_t (columns
- * t = 2c, 2c + 1 of rows g, g + 8), and dots: q_g . k_j (0, 1) and k_g . k_j (2, 3) for
- * j = 2c, 2c + 1. The A fragments come straight from the tile (the strip is never held in
- * registers as a whole: at 64 more registers per thread the path spilled). */
-template <int K, typename StateT, int ROWS>
+ * t = 2c, 2c + 1 of rows g, g + 8), and with DOTS (a warp's first strip of the chunk: they do not
+ * depend on the state) dots: q_g . k_j (0, 1) and k_g . k_j (2, 3) for j = 2c, 2c + 1. The A
+ * fragments come straight from the tile (the strip is never held in registers as a whole: at
+ * 64 more registers per thread the path spilled). */
+template <bool DOTS, int K, typename StateT, int ROWS>
 __device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, const StateT *tile, int srow, int cta_rows,
                                                int g, int c, float (&pk)[4], float (&pq)[4], float (&dots)[4])
 {
@@ -281,10 +283,12 @@ __device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, cons
             const FragA a = hh ? frag_a<A_EXACT>(r0.z, r1.z, r0.w, r1.w) : frag_a<A_EXACT>(r0.x, r1.x, r0.y, r1.y);
             mma_3xtf32_2acc<A_EXACT>(pk, pk2, a, kb0, kb1);
             mma_3xtf32_2acc<A_EXACT>(pq, pq2, a, qb0, qb1);
-            FragA qk;
-            qk.hi[0] = qb0.hi, qk.hi[1] = kb0.hi, qk.hi[2] = qb1.hi, qk.hi[3] = kb1.hi;
-            qk.lo[0] = qb0.lo, qk.lo[1] = kb0.lo, qk.lo[2] = qb1.lo, qk.lo[3] = kb1.lo;
-            mma_3xtf32_2acc<false>(dots, dots2, qk, kb0, kb1);
+            if constexpr (DOTS) {
+                FragA qk;
+                qk.hi[0] = qb0.hi, qk.hi[1] = kb0.hi, qk.hi[2] = qb1.hi, qk.hi[3] = kb1.hi;
+                qk.lo[0] = qb0.lo, qk.lo[1] = kb0.lo, qk.lo[2] = qb1.lo, qk.lo[3] = kb1.lo;
+                mma_3xtf32_2acc<false>(dots, dots2, qk, kb0, kb1);
+            }
         }
     }
 #pragma unroll
@@ -303,25 +307,24 @@ template <typename StateT> struct StripDest {
     bool tile;
 };
 
-/* Products 2 and 3 for one strip after strip_products: o of the chunk's tokens (written for
- * t < tc and rows < cta_rows), then the state after the chunk, streamed piece by piece from the
- * tile to its destinations. */
-template <int K, typename StateT, typename InT, int ROWS>
-__device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, const MmaStage<K, ROWS> &st,
-                                                   StateT *tile, const float (&pk)[4], const float (&pq)[4],
-                                                   const float (&dots)[4], int g, int c, int srow, int cta_rows,
-                                                   int tc, InT *o, int row_base, const StripDest<StateT> &dst)
+/* The chunk's token-by-token matrices as lane (g, c) holds them, columns j = 2c, 2c + 1 of
+ * row g: M = (I + A)^-1 (m0, m1) and Bm (bm0, bm1). The same for every strip: chunk_solve runs
+ * once per chunk and warp, from the dots of its first strip. */
+struct ChunkSolve {
+    float m0, m1, bm0, bm1;
+};
+
+template <int K, int ROWS>
+__device__ __forceinline__ ChunkSolve chunk_solve(const MmaStage<K, ROWS> &st, const float (&dots)[4], int g, int c)
 {
     const float2 dg = *reinterpret_cast<const float2 *>(&st.d[g][2 * c]);
-    const float2 dl = *reinterpret_cast<const float2 *>(&st.d[kTokenChunk - 1][2 * c]);
-    const float2 bc = *reinterpret_cast<const float2 *>(&st.beta[2 * c]);
-    const float2 gc = *reinterpret_cast<const float2 *>(&st.gam[2 * c]);
-    const float bg = st.beta[g], glast = st.gam[kTokenChunk - 1];
-
+    const float bg = st.beta[g];
     /* A[g][j] (strictly lower) and Bm[g][j] (lower; d is 0 above the diagonal), j = 2c, 2c + 1 */
     const float a0 = 2 * c < g ? bg * dg.x * dots[2] : 0.0f;
     const float a1 = 2 * c + 1 < g ? bg * dg.y * dots[3] : 0.0f;
-    const float bm0 = dg.x * dots[0], bm1 = dg.y * dots[1];
+    ChunkSolve cs;
+    cs.bm0 = dg.x * dots[0];
+    cs.bm1 = dg.y * dots[1];
 
     /* M = (I + A)^-1, row g, columns 2c, 2c + 1: row i is final before step i uses it */
     float m0 = g == 2 * c ? 1.0f : 0.0f, m1 = g == 2 * c + 1 ? 1.0f : 0.0f;
@@ -333,6 +336,24 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
         m0 = fmaf(-agi, mi0, m0);
         m1 = fmaf(-agi, mi1, m1);
     }
+    cs.m0 = m0;
+    cs.m1 = m1;
+    return cs;
+}
+
+/* Products 2 and 3 for one strip after strip_products: o of the chunk's tokens (written for
+ * t < tc and rows < cta_rows), then the state after the chunk, streamed piece by piece from the
+ * tile to its destinations. */
+template <int K, typename StateT, typename InT, int ROWS>
+__device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, const MmaStage<K, ROWS> &st,
+                                                   StateT *tile, const float (&pk)[4], const float (&pq)[4],
+                                                   const ChunkSolve &cs, int g, int c, int srow, int cta_rows,
+                                                   int tc, InT *o, int row_base, const StripDest<StateT> &dst)
+{
+    const float2 dl = *reinterpret_cast<const float2 *>(&st.d[kTokenChunk - 1][2 * c]);
+    const float2 bc = *reinterpret_cast<const float2 *>(&st.beta[2 * c]);
+    const float2 gc = *reinterpret_cast<const float2 *>(&st.gam[2 * c]);
+    const float glast = st.gam[kTokenChunk - 1];
 
     /* X, then U = X M^T */
     const int vr = srow + g; /* and vr + 8 */
@@ -341,11 +362,11 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     const float x2 = bc.x * (st.v[2 * c][vr + 8] - gc.x * pk[2]);
     const float x3 = bc.y * (st.v[2 * c + 1][vr + 8] - gc.y * pk[3]);
     float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    mma_3xtf32<false>(u, frag_a<false>(x0, x2, x1, x3), tf32_split(m0), tf32_split(m1));
+    mma_3xtf32<false>(u, frag_a<false>(x0, x2, x1, x3), tf32_split(cs.m0), tf32_split(cs.m1));
 
     /* O = Gam Pq + U Bm^T */
     float ov[4] = {gc.x * pq[0], gc.y * pq[1], gc.x * pq[2], gc.y * pq[3]};
-    mma_3xtf32<false>(ov, frag_a<false>(u[0], u[2], u[1], u[3]), tf32_split(bm0), tf32_split(bm1));
+    mma_3xtf32<false>(ov, frag_a<false>(u[0], u[2], u[1], u[3]), tf32_split(cs.bm0), tf32_split(cs.bm1));
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int t = 2 * c + (i & 1), row = vr + (i < 2 ? 0 : 8);
@@ -461,15 +482,20 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
             dst.inp_sv = p.st_in.sv;
             InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
 
+            ChunkSolve cs;
             for (int ps = 0; ps < passes; ps++) {
                 const int srow = (ps * nwarps + warp) * kMmaRows;
                 if (ci == 0 && src)
                     mbar_wait(&bar[ps], phase);
                 float pk[4], pq[4], dots[4];
-                strip_products<K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
-                if (ps == 0)
+                if (ps == 0) {
+                    strip_products<true, K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
                     __syncthreads(); /* mma_prep_chunk's results */
-                strip_solve_update<K, StateT, InT>(p, st, tile, pk, pq, dots, g, c, srow, cta_rows, tc, o, row_base,
+                    cs = chunk_solve(st, dots, g, c);
+                } else {
+                    strip_products<false, K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
+                }
+                strip_solve_update<K, StateT, InT>(p, st, tile, pk, pq, cs, g, c, srow, cta_rows, tc, o, row_base,
                                                    dst);
             }
         }
