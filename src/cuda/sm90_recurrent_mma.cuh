@@ -22,8 +22,8 @@
  *
  * Work per CTA (64 or 128 rows of one (sequence, value head), 4 warps): the state tile arrives by
  * bulk copies as in the CUDA-core fast path (recurrent_fwd_tma_kernel) while warps 1..3 stage the
- * tokens (q and k split into TF32 parts, see MmaStage); then each warp takes strips of 16 rows and
- * runs, on mma.sync m16n8k8 TF32:
+ * tokens (see MmaStage); then each warp takes strips of 16 rows and runs, on mma.sync m16n8k8
+ * TF32:
  *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep), its A fragments read straight from the
  *      tile, and on its first strip of a chunk, on the same operands, the chunk's q_t . k_j and
  *      k_t . k_j (16 x 8): every warp has its own copy, no reduction and no barrier;
@@ -74,9 +74,10 @@ template <int K, int ROWS> struct MmaStage {
 };
 
 /* Float offset of `key` of token t in MmaStage::q / k: key pair P = key / 2 goes to pair
- * P ^ s(t), s(t) flipping bit 0 by t0 ^ t2 and bit 3 by t1. Product 1 (a half warp: tokens
- * t0..t1 times lanes c, pairs 8m + 2c + hh) and the update (a warp: tokens 2c + 0 / 1 times
- * pairs of g / 2, element g % 2) then hit 16 distinct bank pairs. */
+ * P ^ s(t), s(t) flipping bit 0 by t0 ^ t2 and bit 3 by t1. Product 1's 8-byte reads (a half
+ * warp: 4 tokens g times 4 lanes c, pairs 8m + 2c + hh) then hit 16 distinct bank pairs, and the
+ * update's 4-byte reads (token 2c or 2c + 1 times pairs of g / 2, element g % 2) 32 distinct
+ * banks. */
 __device__ __forceinline__ int qk_off(int t, int key)
 {
     const int s = ((t ^ (t >> 2)) & 1) | ((t & 2) << 2);
