@@ -44,17 +44,21 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
     return K >= 256 ? 1 : 256 / K;
 }
 
-/* Shared staging of one chunk of tokens (the tensor-core path has its own, MmaStage). */
+/* Shared staging of one chunk of tokens (the tensor-core path's MmaStage extends it). e and beta
+ * are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
+ * follow 16-byte multiples). */
 template <int K, int ROWS_PER_CTA> struct TokenStage {
     alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
     alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
     float v[kTokenChunk][ROWS_PER_CTA];
-    float e[kTokenChunk], beta[kTokenChunk], kq[kTokenChunk];
+    alignas(16) float e[kTokenChunk];
+    alignas(16) float beta[kTokenChunk];
+    float kq[kTokenChunk];
 };
 
 /* Writes q and k of token j at key (stage_token): TokenStage keeps them as they are; the
  * tensor-core path's MmaStage has an overload in sm90_recurrent_mma.cuh (found by argument-
- * dependent lookup when stage_token is instantiated). */
+ * dependent lookup when stage_token is instantiated; the exact match beats this one). */
 template <int K, int ROWS>
 __device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS> &st, int j, int key, float q, float k)
 {

@@ -56,21 +56,15 @@ namespace {
 
 constexpr int kMmaRows = 16; /* state rows per warp strip: the mma's M */
 
-/* Shared staging of one chunk for the tensor-core path. stage_token writes q, k (through
- * stage_put_qk), e, beta, kq; mma_stage_chunk pads the chunk to 8 tokens; mma_prep_chunk derives
- * d and gam. q and k are kept as f32 (split into TF32 parts where they are read: kept split, they
- * took 8 KB more, and the tile then fitted four CTAs per SM, not five), key pairs swizzled per
- * token (qk_off) so that product 1's 8-byte reads and the update's 4-byte reads are free of bank
- * conflicts. */
-template <int K, int ROWS> struct MmaStage {
-    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled */
-    alignas(16) float k[kTokenChunk][K];
+/* Shared staging of one chunk for the tensor-core path: the CUDA-core paths' TokenStage (q, k, v,
+ * e, beta, kq; stage_token writes q and k through this path's stage_put_qk), plus the decay
+ * products that mma_prep_chunk derives; mma_stage_chunk pads the chunk to 8 tokens. q and k are
+ * kept as f32 (split into TF32 parts where they are read: kept split, they took 8 KB more, and
+ * the tile then fitted four CTAs per SM, not five), key pairs swizzled per token (qk_off) so that
+ * product 1's 8-byte reads and the update's 4-byte reads are free of bank conflicts. */
+template <int K, int ROWS> struct MmaStage : TokenStage<K, ROWS> {
     alignas(16) float d[kTokenChunk][kTokenChunk]; /* D[t][j], 0 above the diagonal */
     alignas(16) float gam[kTokenChunk];            /* Gam_t */
-    alignas(16) float e[kTokenChunk];
-    alignas(16) float beta[kTokenChunk];
-    float kq[kTokenChunk]; /* written by stage_token, unused here */
-    float v[kTokenChunk][ROWS];
 };
 
 /* Float offset of `key` of token t in MmaStage::q / k: key pair P = key / 2 goes to pair
