@@ -330,6 +330,172 @@ static int test_f32_unsupported(void)
     return TU_PASS;
 }
 
+/* Strided inputs and outputs: views that the kernels cannot bulk-copy in place are packed into the
+ * workspace (and o copied out), so every valid stride pattern runs on the chunk kernels. */
+
+/* A 16-bit [B, T, H, D] view inside a larger buffer: strides {b, t, h, d} and an element offset. */
+typedef struct view_layout {
+    int64_t s[4];
+    int64_t off;
+} view_layout;
+
+static size_t layout_span(const gdn_tensor *t, view_layout L)
+{
+    size_t span = (size_t)L.off + 1;
+    for (int d = 0; d < 4; d++)
+        span += (size_t)((t->shape[d] - 1) * L.s[d]);
+    return span;
+}
+
+/* Calls f(view index, contiguous index) for every element of t under L. */
+#define FOR_VIEW(t, L, EXPR)                                                                       \
+    do {                                                                                           \
+        size_t ci_ = 0;                                                                            \
+        for (int64_t b_ = 0; b_ < (t)->shape[0]; b_++)                                             \
+            for (int64_t t_ = 0; t_ < (t)->shape[1]; t_++)                                         \
+                for (int64_t h_ = 0; h_ < (t)->shape[2]; h_++)                                     \
+                    for (int64_t d_ = 0; d_ < (t)->shape[3]; d_++, ci_++) {                        \
+                        const size_t vi_ = (size_t)((L).off + b_ * (L).s[0] + t_ * (L).s[1] +        \
+                                                    h_ * (L).s[2] + d_ * (L).s[3]);                \
+                        EXPR;                                                                      \
+                    }                                                                              \
+    } while (0)
+
+/* Replaces the device tensor *t (contiguous, holding `host`'s values) by a view under L into a new,
+ * poisoned device buffer *owned of span elements. */
+static int restride(gdn_tensor *t, const void *host, view_layout L, void **owned, size_t *span)
+{
+    *span = layout_span(t, L);
+    uint16_t *img = malloc(*span * 2);
+    if (!img)
+        return 0;
+    tu_poison(img, t->dtype, *span);
+    const uint16_t *src = host;
+    FOR_VIEW(t, L, img[vi_] = src[ci_]);
+    int ok = cudaMalloc(owned, *span * 2) == cudaSuccess &&
+             cudaMemcpy(*owned, img, *span * 2, cudaMemcpyHostToDevice) == cudaSuccess;
+    free(img);
+    if (!ok)
+        return 0;
+    t->data = (uint16_t *)*owned + L.off;
+    memcpy(t->stride, L.s, sizeof L.s);
+    return 1;
+}
+
+/* The case's q, k, v and o under the given layouts (NULL: contiguous), checked against the float64
+ * recurrence; o's buffer outside the view must keep its poison. */
+static int run_strided(const char *name, tu_case_config cfg, const view_layout *lay[4])
+{
+    if (tu_cuda_device_count() == 0) {
+        tu_skip_reason("no CUDA device");
+        return TU_SKIP;
+    }
+    tu_case c;
+    tu_case_init(&c, &cfg);
+    tu_case_naive(&c, c.o_ref, c.ht_ref, NULL);
+    gdn_chunk_fwd_args host = tu_case_chunk_args(&c);
+    dev_args d;
+    void *views[4] = {NULL, NULL, NULL, NULL};
+    size_t span[4] = {0, 0, 0, 0};
+    gdn_tensor *ts[4] = {&d.a.q, &d.a.k, &d.a.v, &d.a.o};
+    const void *src[4] = {c.q, c.k, c.v, c.o};
+    int ok = dev_make(&d, &host);
+    for (int i = 0; ok && i < 4; i++)
+        if (lay[i])
+            ok = restride(ts[i], src[i], *lay[i], &views[i], &span[i]);
+    size_t ws = 0;
+    ok = ok && gdn_chunk_fwd_workspace_size(&d.a, &ws) == GDN_OK;
+    cudaFree(d.ws);
+    d.ws = NULL;
+    ok = ok && (ws == 0 || cudaMalloc(&d.ws, ws) == cudaSuccess);
+    d.a.workspace = d.ws;
+    d.a.workspace_bytes = ws;
+    int rc = TU_FAIL;
+    if (!tu_expect(ok, "%s: device setup failed", name))
+        goto done;
+    gdn_status st = gdn_chunk_fwd(&d.a);
+    if (!tu_expect(st == GDN_OK, "%s: gdn_chunk_fwd: %s (%s)", name, gdn_status_string(st), gdn_last_error()))
+        goto done;
+    if (!tu_expect(cudaDeviceSynchronize() == cudaSuccess, "%s: kernel failed", name))
+        goto done;
+    const size_t no = (size_t)(c.c.B * c.c.T * c.c.HV * c.c.V);
+    if (lay[3]) {
+        uint16_t *img = malloc(span[3] * 2), *o = c.o;
+        ok = img && cudaMemcpy(img, views[3], span[3] * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+        if (ok) {
+            FOR_VIEW(&d.a.o, *lay[3], o[ci_] = img[vi_]; img[vi_] = 0);
+            tu_expect(tu_count_poison(img, c.c.dtype, span[3]) == span[3] - no,
+                      "%s: o's buffer written outside the view", name);
+        }
+        free(img);
+    } else {
+        ok = cudaMemcpy(c.o, d.a.o.data, no * gdn_dtype_size(c.c.dtype), cudaMemcpyDeviceToHost) == cudaSuccess;
+    }
+    if (!tu_expect(ok, "%s: copy back failed", name))
+        goto done;
+    char what[160];
+    snprintf(what, sizeof what, "%s o", name);
+    tu_expect(tu_count_poison(c.o, c.c.dtype, no) == 0, "%s: elements never written", what);
+    tu_check(what, tu_compare(c.o, c.c.dtype, c.o_ref, GDN_DTYPE_F64, no), 1e-2);
+    const size_t ns = (size_t)c.state_numel;
+    if (cudaMemcpy(c.ht, d.a.final_state.data, ns * gdn_dtype_size(c.c.state_dtype), cudaMemcpyDeviceToHost) ==
+        cudaSuccess) {
+        snprintf(what, sizeof what, "%s state", name);
+        tu_check(what, tu_compare(c.ht, c.c.state_dtype, c.ht_ref, GDN_DTYPE_F64, ns), 1e-2);
+    }
+    rc = TU_PASS;
+done:
+    for (int i = 0; i < 4; i++)
+        cudaFree(views[i]);
+    dev_free(&d);
+    tu_case_free(&c);
+    return rc;
+}
+
+static int test_strided(void)
+{
+    int rc = TU_PASS;
+    /* transformers' Qwen3-Next: v is a channel slice of a transposed [B, C, T] convolution output
+     * (unit stride on the tokens); q and k from a fused projection with a gap between heads. */
+    {
+        tu_case_config c = base(200, 2, 4, 128, 600);
+        c.B = 2;
+        const int64_t T = c.T, C = 2 * 2 * 128 + 4 * 128 + 8;
+        const view_layout v = {{C * T, 1, 128 * T, T}, (2 * 2 * 128 + 3) * T};
+        const view_layout q = {{T * 2 * 136, 2 * 136, 136, 1}, 0};
+        const view_layout k = {{T * 2 * 136, 2 * 136, 136, 1}, 8};
+        const view_layout *lay[4] = {&q, &k, &v, NULL};
+        rc = combine(rc, run_strided("transposed v, gapped q k", c, lay));
+    }
+    /* Element strides on the head dim, a misaligned pointer, and an o with an odd token stride. */
+    {
+        tu_case_config c = base(130, 1, 2, 64, 601);
+        const int64_t T = c.T;
+        const view_layout q = {{T * 64 * 2, 64 * 2, 64 * 2, 2}, 0};
+        const view_layout k = {{T * 64, 64, 64, 1}, 1};
+        const view_layout o = {{T * (2 * 64 + 3), 2 * 64 + 3, 64, 1}, 5};
+        const view_layout *lay[4] = {&q, &k, NULL, &o};
+        rc = combine(rc, run_strided("element stride q, misaligned k, odd o", c, lay));
+    }
+    /* Varlen, with o and v transposed (unit stride on the tokens) and a long sequence for the
+     * cooperative and context-parallel paths. */
+    {
+        tu_case_config c = base(0, 1, 2, 128, 602);
+        static const int32_t lens[4] = {3000, 0, 65, 1};
+        c.nseq = 4;
+        memcpy(c.seqlens, lens, sizeof lens);
+        const int64_t T = 3066;
+        const view_layout vo = {{2 * 128 * T, 1, 128 * T, T}, 0};
+        const view_layout *lay[4] = {NULL, NULL, &vo, &vo};
+        rc = combine(rc, run_strided("varlen transposed v and o", c, lay));
+        c = base(4096, 1, 2, 128, 603);
+        const view_layout vt = {{2 * 128 * 4096, 1, 128 * 4096, 4096}, 0};
+        const view_layout *lay2[4] = {NULL, NULL, &vt, NULL};
+        rc = combine(rc, run_strided("T=4096 transposed v (CP)", c, lay2));
+    }
+    return rc;
+}
+
 /* Lengths */
 
 static int test_odd_lengths(void)
@@ -599,6 +765,7 @@ int main(int argc, char **argv)
         {"states", test_states},
         {"f16", test_f16},
         {"f32_unsupported", test_f32_unsupported},
+        {"strided", test_strided},
         {"odd_lengths", test_odd_lengths},
         {"varlen", test_varlen},
         {"varlen_long_short", test_varlen_long_short},

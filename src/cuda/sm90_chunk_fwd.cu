@@ -47,9 +47,13 @@
  * workspace holds floor(T / 64) + N + 1 slots per value head. cu_seqlens is read on the device only
  * and clamped into [0, T]. No atomics in any arithmetic (launch_coop's counters only order the
  * passes): results are bitwise reproducible. With CP, the workspace also holds K (2 V + K) floats
- * per (sequence, value head, segment).
+ * per (sequence, value head, segment). q, k, v or o whose rows cannot be bulk-copied in place
+ * (strides, alignment) are copied to or from a contiguous buffer at the workspace's start (plan_pack).
  */
+#include <cstring>
+
 #include "cuda_common.cuh"
+#include "cuda_pack.cuh"
 #include "sm90_chunk_mma.cuh"
 #include "sm90_wgmma.cuh"
 
@@ -982,6 +986,37 @@ static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
     return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
 }
 
+/* q, k, v and o views whose rows the kernels cannot bulk-copy in place (gdn_cuda_rows_aligned16) get
+ * a contiguous copy at the start of the workspace: q, k and v are packed into it before the kernels
+ * run, o is written there and copied out after. Each copy starts on a 256-byte boundary. */
+struct pack_plan {
+    const gdn_view *view[4]; /* q, k, v, o */
+    int64_t H[4], D[4];
+    size_t off[4];           /* byte offset of each copy, or SIZE_MAX: used in place */
+    size_t bytes;            /* all copies */
+};
+
+static pack_plan plan_pack(const gdn_problem *p)
+{
+    pack_plan pk = {{&p->q, &p->k, &p->v, &p->o}, {p->H, p->H, p->HV, p->HV}, {p->K, p->K, p->V, p->V}, {}, 0};
+    for (int i = 0; i < 4; ++i) {
+        pk.off[i] = SIZE_MAX;
+        if (gdn_cuda_rows_aligned16(pk.view[i]))
+            continue;
+        pk.off[i] = pk.bytes;
+        pk.bytes += ((size_t)(p->B * p->T * pk.H[i] * pk.D[i]) * 2 + 255) / 256 * 256;
+    }
+    return pk;
+}
+
+static void contiguous_strides(int64_t T, int64_t H, int64_t D, int64_t s[4])
+{
+    s[3] = 1;
+    s[2] = D;
+    s[1] = H * D;
+    s[0] = T * H * D;
+}
+
 /* One launch (cooperative: every CTA resident at once, or cudaErrorCooperativeLaunchTooLarge), with
  * the kernel's dynamic shared memory limit raised to smem first; the error of that launch alone
  * (not one an earlier call left pending). */
@@ -1132,19 +1167,12 @@ using namespace gdn_chunk;
  * a workspace sized by the query for the largest batch serves every smaller one. */
 extern "C" size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p)
 {
-    return chunk_ws_bytes(p) + cp_ws_bytes(p, plan_cp(p));
+    return plan_pack(p).bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, plan_cp(p));
 }
 
-extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p) { return chunk_ws_bytes(p); }
-
-static bool aligned16(const void *ptr, const int64_t *s, int n)
+extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p)
 {
-    if ((uintptr_t)ptr % 16 != 0)
-        return false;
-    for (int i = 0; i < n; ++i)
-        if (s[i] % 8 != 0)
-            return false;
-    return true;
+    return plan_pack(p).bytes + chunk_ws_bytes(p);
 }
 
 extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
@@ -1157,13 +1185,6 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA chunk path: 64 or 128)", (long long)p->K);
     if (p->V % 64 != 0)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld must be a multiple of 64", (long long)p->V);
-    const gdn_view *tv[4] = {&p->q, &p->k, &p->v, &p->o};
-    const char *names[4] = {"q", "k", "v", "o"};
-    for (int i = 0; i < 4; ++i)
-        if (tv[i]->s[3] != 1 || !aligned16(tv[i]->data, tv[i]->s, 3))
-            return gdn_set_error(GDN_ERR_UNSUPPORTED,
-                                 "%s: the CUDA chunk path needs unit stride on the head dim, other strides a multiple "
-                                 "of 8 elements and a 16-byte aligned pointer", names[i]);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
     const size_t need = gdn_cuda_chunk_fwd_workspace_min(p);
@@ -1187,14 +1208,28 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.slots = slots_per_head(p);
     prm.prep_heads = prep_heads_for(p, prm.slots);
     prm.cu = p->cu_seqlens;
-    prm.q = p->q.data;
-    prm.k = p->k.data;
-    prm.v = p->v.data;
-    prm.o = p->o.data;
-    prm.q_b = p->q.s[0], prm.q_t = p->q.s[1], prm.q_h = p->q.s[2];
-    prm.k_b = p->k.s[0], prm.k_t = p->k.s[1], prm.k_h = p->k.s[2];
-    prm.v_b = p->v.s[0], prm.v_t = p->v.s[1], prm.v_h = p->v.s[2];
-    prm.o_b = p->o.s[0], prm.o_t = p->o.s[1], prm.o_h = p->o.s[2];
+    /* The kernels' view of q, k, v, o: the caller's tensor, or its contiguous copy (plan_pack). */
+    const pack_plan pk = plan_pack(p);
+    unsigned char *const ws = static_cast<unsigned char *>(p->workspace);
+    void *io[4];
+    int64_t io_s[4][4];
+    for (int i = 0; i < 4; ++i) {
+        if (pk.off[i] == SIZE_MAX) {
+            io[i] = pk.view[i]->data;
+            memcpy(io_s[i], pk.view[i]->s, sizeof io_s[i]);
+        } else {
+            io[i] = ws + pk.off[i];
+            contiguous_strides(p->T, pk.H[i], pk.D[i], io_s[i]);
+        }
+    }
+    prm.q = io[0];
+    prm.k = io[1];
+    prm.v = io[2];
+    prm.o = io[3];
+    prm.q_b = io_s[0][0], prm.q_t = io_s[0][1], prm.q_h = io_s[0][2];
+    prm.k_b = io_s[1][0], prm.k_t = io_s[1][1], prm.k_h = io_s[1][2];
+    prm.v_b = io_s[2][0], prm.v_t = io_s[2][1], prm.v_h = io_s[2][2];
+    prm.o_b = io_s[3][0], prm.o_t = io_s[3][1], prm.o_h = io_s[3][2];
     prm.g = static_cast<const float *>(p->g.data);
     prm.g_b = p->g.s[0], prm.g_t = p->g.s[1], prm.g_h = p->g.s[2];
     prm.a = p->a.data;
@@ -1219,7 +1254,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.h0_s[i] = p->state_in.s[i];
         prm.ht_s[i] = p->final_state.s[i];
     }
-    prm.ws = static_cast<unsigned char *>(p->workspace);
+    prm.ws = ws + pk.bytes;
     cp_plan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < need + cp_ws_bytes(p, cp))
         cp = cp_plan{1, 0}; /* a workspace sized for the plain path: run that */
@@ -1231,10 +1266,19 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     }
 
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+    gdn_status st;
+    for (int i = 0; i < 3; ++i)
+        if (pk.off[i] != SIZE_MAX &&
+            (st = gdn_cuda_copy_view(pk.view[i]->data, pk.view[i]->s, io[i], io_s[i], p->B, p->T, pk.H[i], pk.D[i],
+                                     stream)) != GDN_OK)
+            return st;
     const bool bf16 = p->q.dtype == GDN_DTYPE_BF16;
     switch (p->K) {
-    case 64: return bf16 ? launch_all<__nv_bfloat16, 64>(prm, p, stream) : launch_all<__half, 64>(prm, p, stream);
-    case 128: return bf16 ? launch_all<__nv_bfloat16, 128>(prm, p, stream) : launch_all<__half, 128>(prm, p, stream);
+    case 64: st = bf16 ? launch_all<__nv_bfloat16, 64>(prm, p, stream) : launch_all<__half, 64>(prm, p, stream); break;
+    case 128: st = bf16 ? launch_all<__nv_bfloat16, 128>(prm, p, stream) : launch_all<__half, 128>(prm, p, stream); break;
     default: return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld", (long long)p->K);
     }
+    if (st != GDN_OK || pk.off[3] == SIZE_MAX)
+        return st;
+    return gdn_cuda_copy_view(io[3], io_s[3], p->o.data, p->o.s, p->B, p->T, p->HV, p->V, stream);
 }

@@ -1,0 +1,18 @@
+/*
+ * cuda_pack.cuh - strided views to and from contiguous workspace buffers (cuda_pack.cu).
+ */
+#ifndef GDN_CUDA_PACK_CUH
+#define GDN_CUDA_PACK_CUH
+
+#include "cuda_common.cuh"
+
+/* Whether a 16-bit [B, T, H, D] view (s = {b, t, h, d}) has what bulk copies of its rows need: unit
+ * stride on the head dim, the other strides whole 16-byte multiples, a 16-byte aligned pointer. */
+bool gdn_cuda_rows_aligned16(const gdn_view *v);
+
+/* Copies the [B, T, H, D] 16-bit elements of src (strides src_s, {b, t, h, d}, in elements) to dst
+ * (strides dst_s), on stream. Either side may have any strides; the two must not overlap. */
+gdn_status gdn_cuda_copy_view(const void *src, const int64_t src_s[4], void *dst, const int64_t dst_s[4], int64_t B,
+                              int64_t T, int64_t H, int64_t D, cudaStream_t stream);
+
+#endif /* GDN_CUDA_PACK_CUH */
