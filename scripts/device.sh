@@ -40,7 +40,7 @@ cat "$OUT/demo.log"
 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode bad_device gating \
     >"$OUT/memcheck.log" 2>&1
 note "memcheck recurrent: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" varlen odd_lengths cp_small \
+compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" varlen odd_lengths cp_small strided \
     >>"$OUT/memcheck.log" 2>&1
 note "memcheck chunk: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 
