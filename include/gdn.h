@@ -205,7 +205,11 @@ typedef struct gdn_chunk_fwd_args {
  * are ignored): the size for the fastest path. On CUDA the call accepts less, down to what the
  * plain (not context-parallel) path needs, and then takes that path; that least size never grows
  * when B, T or HV shrink, so a workspace sized by this query for the largest batch serves every
- * smaller one. Results are bitwise reproducible for identical calls on the same GPU model with the
+ * smaller one with the same stride pattern. On CUDA, q, k, v and o take any strides: a tensor
+ * whose head dim is not contiguous, whose other strides are not 16-byte multiples or whose pointer
+ * is not 16-byte aligned is copied through the workspace (q, k, v before the kernels, o after), and
+ * the query counts that space, so query with the tensors of the call (pointers included).
+ * Results are bitwise reproducible for identical calls on the same GPU model with the
  * same workspace size; the batch, the head count and the workspace size may change the order of
  * the floating-point sums (tile and path choice). */
 GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes);
