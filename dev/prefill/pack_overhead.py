@@ -1,13 +1,19 @@
 """pack_overhead.py - what the CUDA chunk op's strided-input packing costs: chunk_gated_delta_rule
 with contiguous q, k, v against the same call with transformers' Qwen3-Next layout (v a channel
 slice of a transposed [B, C, T] convolution output, unit stride on the tokens), and with q, k, v
-all in that layout. Checks that the outputs agree bitwise, then times each under CUDA graph replay.
+all in that layout. Checks that the outputs agree bitwise, then times each under CUDA graph replay;
+FLA's chunk_gated_delta_rule on the transformers layout beside it when FLA imports.
 
-    PYTHONPATH=python GDN_LIBRARY=build/libgdn.so python3 dev/prefill/pack_overhead.py
+    PYTHONPATH=.peers/fla:python GDN_LIBRARY=build/libgdn.so python3 dev/prefill/pack_overhead.py
 """
 import torch
 
 import libgdn
+
+try:
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
+except ImportError:
+    fla_chunk = None
 
 
 def timed(fn, reps=20):
@@ -35,7 +41,7 @@ def main():
     torch.manual_seed(0)
     dev = "cuda"
     print(f"{torch.cuda.get_device_name(0)}; ms, median of 20 graph replays")
-    print(f"{'shape':28s} {'contiguous':>10s} {'v transposed':>12s} {'qkv transposed':>14s}")
+    print(f"{'shape':20s} {'contiguous':>10s} {'v transposed':>16s} {'qkv transposed':>16s} {'FLA v transposed':>16s}")
     for B, T, H, HV in ((1, 32768, 16, 32), (2, 16384, 16, 16), (1, 8192, 2, 8)):
         K = V = 128
         C = 2 * H * K + HV * V
@@ -60,7 +66,12 @@ def main():
         t0 = timed(lambda: run(qc, kc, vc))
         t1 = timed(lambda: run(qc, kc, vs))
         t2 = timed(lambda: run(qs, ks, vs))
-        print(f"{B}x{T} H{H}/HV{HV}{'':14s} {t0:10.3f} {t1:8.3f} ({t1 / t0:.2f}x) {t2:8.3f} ({t2 / t0:.2f}x)")
+        fla = "-"
+        if fla_chunk is not None:
+            tf = timed(lambda: fla_chunk(qc, kc, vs, g, beta, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True))
+            fla = f"{tf:.3f} (ours {tf / t1:.2f}x)"
+        print(f"{B}x{T} H{H}/HV{HV:<6d} {t0:10.3f} {t1:8.3f} ({t1 / t0:.2f}x) {t2:8.3f} ({t2 / t0:.2f}x) {fla:>16s}")
 
 
 if __name__ == "__main__":
