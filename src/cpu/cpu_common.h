@@ -314,6 +314,20 @@ static inline int64_t gdn_state_off(const gdn_view *s, int64_t slot, int64_t hv,
 #define GDN_CPU_MAX_HEAD_DIM 256
 
 /* ------------------------------------------------------------------------------------------ */
+/* State pool rules (cpu_recurrent.c), shared by the reference and the f32 recurrence           */
+
+/* Is `slot` a usable pool slot under the null-slot rules? */
+int gdn_cpu_slot_valid(const gdn_problem *p, int64_t slot);
+/* The slot (or state row) sequence n starts from; 0 when the sequence is skipped (invalid start
+ * slot, or num_accepted_tokens[n] outside [1, idx_cols]). */
+int gdn_cpu_start_slot(const gdn_problem *p, int64_t n, int64_t *slot);
+/* Zeroes every output row (o, step_states, final_state) of skipped sequence n for value head hv. */
+void gdn_cpu_skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b, int64_t bos, int64_t len);
+
+/* The f32 recurrence for f32 / bf16 / f16 inputs (cpu_recurrent_f32.c). */
+gdn_status gdn_cpu_recurrent_f32(const gdn_problem *p);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Threads (cpu_threads.c)                                                                     */
 
 /* fn(ctx, item, thread) for every item in [0, items); thread in [0, threads) names the calling
