@@ -294,6 +294,20 @@ static inline void gdn_load_gate(const gdn_problem *p, int64_t b, int64_t t, int
     }
 }
 
+/* The f32 paths' gate loader: log decays of token (b, t), value head hv, as f32 (g[0] for GDN,
+ * g[0 .. K) for KDA), as gdn_load_gate rounds them, straight from an f32 g tensor. */
+static inline void gdn_load_gate_f32(const gdn_problem *p, int64_t b, int64_t t, int64_t hv, double *tmp, float *g)
+{
+    const int64_t nr = p->gate_kind == GDN_GATE_KDA ? p->K : 1;
+    if (p->g.data && p->g.dtype == GDN_DTYPE_F32) {
+        gdn_ld_vec_f32(p->g.data, p->g.dtype, gdn_tok_off(&p->g, b, t, hv, 0), p->g.s[3], nr, g);
+        return;
+    }
+    gdn_load_gate(p, b, t, hv, 0, tmp);
+    for (int64_t r = 0; r < nr; r++)
+        g[r] = (float)tmp[r];
+}
+
 /* beta of token (b, t) and value head hv, from beta or from logits (rounded as gdn_load_gate). */
 static inline double gdn_load_beta(const gdn_problem *p, int64_t b, int64_t t, int64_t hv, int exact)
 {
@@ -302,6 +316,78 @@ static inline double gdn_load_beta(const gdn_problem *p, int64_t b, int64_t t, i
         return x;
     double beta = gdn_beta_from_logit(x, p->allow_neg_eigval);
     return exact ? beta : (double)(float)beta;
+}
+
+/* sum x[r] y[r] over r < n (a multiple of 16) in double, in 16 partial sums: vector lanes once
+ * inlined into a kernel, where one chain of additions would set the pace. */
+static inline double gdn_dot_f32(const float *restrict x, const float *restrict y, int64_t n)
+{
+    double acc[16] = {0};
+    for (int64_t r0 = 0; r0 < n; r0 += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] += (double)x[r0 + l] * y[r0 + l];
+    double sum = 0.0;
+    for (int l = 0; l < 16; l++)
+        sum += acc[l];
+    return sum;
+}
+
+/* q or k of token (b, t), key head h, as f32 in out[0 .. np) (zeros past K; np a multiple of
+ * 16), l2-normalised when the problem asks (norm summed in double), times mul: the f32 paths'
+ * one loader. */
+static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h,
+                                   double mul, float *out, int64_t np)
+{
+    gdn_ld_vec_f32(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, out);
+    for (int64_t r = p->K; r < np; r++)
+        out[r] = 0.0f;
+    if (p->use_qk_l2norm)
+        mul /= sqrt(gdn_dot_f32(out, out, np) + 1e-6);
+    for (int64_t r = 0; r < p->K; r++)
+        out[r] = (float)(out[r] * mul);
+}
+
+/* Asks for the cache lines of n contiguous elements from element off of x (nothing for strided
+ * rows): rows that a kernel reads one chunk later, whose stride between tokens defeats the
+ * hardware prefetchers. */
+static inline void gdn_prefetch_row(const gdn_view *x, int64_t off, int64_t n)
+{
+#if defined(__GNUC__)
+    if (x->s[3] != 1)
+        return;
+    const char *row = (const char *)x->data;
+    const int64_t es = x->dtype == GDN_DTYPE_F32 ? 4 : x->dtype == GDN_DTYPE_F64 ? 8 : 2;
+    for (int64_t at = 0; at < n * es; at += 64)
+        __builtin_prefetch(row + off * es + at);
+#else
+    (void)x, (void)off, (void)n;
+#endif
+}
+
+/* exp(x) in f32 for x <= 0, flushing below the normal range to zero without the underflow
+ * path of expf (errno, slow). */
+static inline float gdn_expf_nonpos(float x) { return x < -87.0f ? 0.0f : expf(x); }
+
+/* y[i] = exp(x[i]) for x[i] <= 88 (x[i] < -87 gives 0), within 2 ulp: plain arithmetic that
+ * vectorizes once inlined into a kernel, for the per-channel decays that would otherwise cost
+ * one libm call each. exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by
+ * Cephes' expf polynomial. */
+static inline void gdn_expf_vec(const float *x, float *y, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        const float xi = x[i] < -87.0f ? -87.0f : x[i] > 88.0f ? 88.0f : x[i];
+        const float fn = (xi * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to integer */
+        const float r = (xi - fn * 0.693359375f) - fn * -2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        const uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23;
+        y[i] = x[i] < -87.0f ? 0.0f : p * gdn_f32_from_bits(bits);
+    }
 }
 
 /* Offset of state element (row r of K, column c of V) of (slot, hv) in a state view. */
