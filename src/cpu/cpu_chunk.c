@@ -39,6 +39,7 @@
 #define G_FLOOR (-1.0e4)
 #define FS_BLOCK 16 /* rows per block of the forward substitution */
 #define ROW_PAD 16  /* a short chunk is computed with its rows padded to a multiple of this */
+#define HEAD_GROUP 4 /* value heads per work item, walked together chunk by chunk */
 
 /* Triangular structure a matmul may exploit. */
 enum {
@@ -56,22 +57,22 @@ typedef struct chunk_buf {
     float *QW;    /* [2C][Kp]: rows 0..C-1 exp(Gam) q, rows C..2C-1 W */
     float *Y;     /* [2C][Vp]: rows 0..C-1 O, rows C..2C-1 W S */
     float *PA;    /* [2C][C]:  rows 0..C-1 P, rows C..2C-1 A */
-    float *S;     /* [Kp][Vp] state */
+    float *S;     /* [hg][Kp][Vp] the states of the item's heads */
     float *eg;    /* [C][Kp] KDA: exp(g) per token and channel */
     float *beta;  /* [C] */
     double *row;  /* [Kp] one token's q, k or g as double */
 } chunk_buf;
 
-static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp)
+static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp, int64_t hg)
 {
     const int64_t C = CHUNK;
     int64_t doubles = C + Kp;
-    int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + Kp * Vp + C * Kp + C;
+    int64_t floats = 2 * C * Kp + Kp * C + C * Vp + 2 * C * Kp + 2 * C * Vp + 2 * C * C + hg * Kp * Vp + C * Kp + C;
     size_t bytes = (size_t)doubles * sizeof(double) + (size_t)floats * sizeof(float);
     return (bytes + 63) / 64 * 64; /* keeps every thread's block 64-byte aligned */
 }
 
-static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
+static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp, int64_t hg)
 {
     const int64_t C = CHUNK;
     chunk_buf w;
@@ -87,7 +88,7 @@ static chunk_buf chunk_buf_carve(void *base, int64_t Kp, int64_t Vp)
     w.QW = f; f += 2 * C * Kp;
     w.Y = f; f += 2 * C * Vp;
     w.PA = f; f += 2 * C * C;
-    w.S = f; f += Kp * Vp;
+    w.S = f; f += hg * Kp * Vp;
     w.eg = f; f += C * Kp;
     w.beta = f;
     return w;
@@ -98,6 +99,7 @@ typedef struct chunk_ctx {
     unsigned char *scratch;
     size_t per_thread;
     int64_t Kp, Vp;
+    int64_t hg; /* value heads per work item */
 } chunk_ctx;
 
 
@@ -118,16 +120,21 @@ gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)
     ctx.p = p;
     ctx.Kp = (p->K + PAD - 1) / PAD * PAD;
     ctx.Vp = (p->V + PAD - 1) / PAD * PAD;
-    ctx.per_thread = chunk_buf_bytes(ctx.Kp, ctx.Vp);
     /* Per token and head: about 4 C (K + V) + 6 K V flops of products and substitution. */
     const double flops = (double)(p->B * p->T) * (double)p->HV *
                          (4.0 * CHUNK * (double)(p->K + p->V) + 6.0 * (double)(p->K * p->V));
     const int threads = gdn_cpu_threads_for(items, flops);
+    /* Heads per item: up to HEAD_GROUP while every thread still gets two items to balance. */
+    ctx.hg = HEAD_GROUP;
+    while (ctx.hg > 1 && p->N * ((p->HV + ctx.hg - 1) / ctx.hg) < 2 * threads)
+        ctx.hg /= 2;
+    ctx.per_thread = chunk_buf_bytes(ctx.Kp, ctx.Vp, ctx.hg);
     const size_t bytes = (size_t)threads * ctx.per_thread;
     ctx.scratch = (unsigned char *)aligned_alloc(64, bytes);
     if (!ctx.scratch)
         return gdn_set_error(GDN_ERR_OUT_OF_MEMORY, "cpu chunk_fwd: cannot allocate %zu bytes of scratch", bytes);
-    gdn_cpu_parallel_for(threads, items, GDN_CPU_PICK(gdn_cpu_isa(), chunk_item), &ctx);
+    gdn_cpu_parallel_for(threads, p->N * ((p->HV + ctx.hg - 1) / ctx.hg), GDN_CPU_PICK(gdn_cpu_isa(), chunk_item),
+                         &ctx);
     free(ctx.scratch);
     return GDN_OK;
 }

@@ -154,8 +154,11 @@ static inline void gdn_ld_vec_f32(const void *base, gdn_dtype dt, int64_t off, i
     switch (dt) {
     case GDN_DTYPE_F32: {
         const float *x = (const float *)base + off;
-        for (int64_t i = 0; i < n; i++)
-            out[i] = x[i * stride];
+        if (stride == 1)
+            memcpy(out, x, (size_t)n * sizeof *out);
+        else
+            for (int64_t i = 0; i < n; i++)
+                out[i] = x[i * stride];
         break;
     }
     case GDN_DTYPE_BF16: {
@@ -197,8 +200,11 @@ static inline void gdn_st_vec_f32(void *base, gdn_dtype dt, int64_t off, int64_t
     switch (dt) {
     case GDN_DTYPE_F32: {
         float *x = (float *)base + off;
-        for (int64_t i = 0; i < n; i++)
-            x[i * stride] = in[i];
+        if (stride == 1)
+            memcpy(x, in, (size_t)n * sizeof *x);
+        else
+            for (int64_t i = 0; i < n; i++)
+                x[i * stride] = in[i];
         break;
     }
     case GDN_DTYPE_BF16: {
