@@ -353,6 +353,13 @@ static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int6
         out[r] = (float)(out[r] * mul);
 }
 
+/* A read prefetch hint (nothing where the compiler has none). */
+#if defined(__GNUC__)
+#define GDN_PREFETCH(addr) __builtin_prefetch(addr)
+#else
+#define GDN_PREFETCH(addr) ((void)(addr))
+#endif
+
 /* Asks for the cache lines of n contiguous elements from element off of x (nothing for strided
  * rows): rows that a kernel reads one chunk later, whose stride between tokens defeats the
  * hardware prefetchers. */

@@ -29,6 +29,7 @@
 #define VL 16 /* lanes of the VK dot products; K is padded to a multiple */
 #define RB 16 /* value rows per VK tile */
 #define NB 64 /* value columns per KV tile; V is padded to a multiple */
+#define KV_AHEAD 8 /* rows of a KV tile prefetched ahead of the dot products */
 
 typedef struct rec32_ctx {
     const gdn_problem *p;
