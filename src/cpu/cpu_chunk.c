@@ -39,6 +39,7 @@
 #define G_FLOOR (-1.0e4)
 #define FS_BLOCK 16 /* rows per block of the forward substitution */
 #define ROW_PAD 16  /* a short chunk is computed with its rows padded to a multiple of this */
+
 #define HEAD_GROUP 4 /* value heads per work item, walked together chunk by chunk */
 
 /* Triangular structure a matmul may exploit. */

@@ -338,13 +338,10 @@ static inline double gdn_dot_f32(const float *restrict x, const float *restrict 
     return sum;
 }
 
-/* q or k of token (b, t), key head h, as f32 in out[0 .. np) (zeros past K; np a multiple of
- * 16), l2-normalised when the problem asks (norm summed in double), times mul: the f32 paths'
- * one loader. */
-static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h,
-                                   double mul, float *out, int64_t np)
+/* q or k of one token, loaded as f32 into out[0 .. K), made what the kernels use: zeros up to np
+ * (a multiple of 16), l2-normalised when the problem asks (norm summed in double), times mul. */
+static inline void gdn_scale_qk_f32(const gdn_problem *p, double mul, float *out, int64_t np)
 {
-    gdn_ld_vec_f32(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, out);
     for (int64_t r = p->K; r < np; r++)
         out[r] = 0.0f;
     if (p->use_qk_l2norm)
@@ -353,29 +350,21 @@ static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int6
         out[r] = (float)(out[r] * mul);
 }
 
+/* q or k of token (b, t), key head h, loaded and scaled (gdn_scale_qk_f32) into out: the f32
+ * paths' one loader. */
+static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h,
+                                   double mul, float *out, int64_t np)
+{
+    gdn_ld_vec_f32(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, out);
+    gdn_scale_qk_f32(p, mul, out, np);
+}
+
 /* A read prefetch hint (nothing where the compiler has none). */
 #if defined(__GNUC__)
 #define GDN_PREFETCH(addr) __builtin_prefetch(addr)
 #else
 #define GDN_PREFETCH(addr) ((void)(addr))
 #endif
-
-/* Asks for the cache lines of n contiguous elements from element off of x (nothing for strided
- * rows): rows that a kernel reads one chunk later, whose stride between tokens defeats the
- * hardware prefetchers. */
-static inline void gdn_prefetch_row(const gdn_view *x, int64_t off, int64_t n)
-{
-#if defined(__GNUC__)
-    if (x->s[3] != 1)
-        return;
-    const char *row = (const char *)x->data;
-    const int64_t es = x->dtype == GDN_DTYPE_F32 ? 4 : x->dtype == GDN_DTYPE_F64 ? 8 : 2;
-    for (int64_t at = 0; at < n * es; at += 64)
-        __builtin_prefetch(row + off * es + at);
-#else
-    (void)x, (void)off, (void)n;
-#endif
-}
 
 /* exp(x) in f32 for x <= 0, flushing below the normal range to zero without the underflow
  * path of expf (errno, slow). */
