@@ -28,6 +28,13 @@
 #define GDN_CPU_INLINE inline
 #endif
 
+/* Keeps the loop that follows rolled (GCC unrolls register-tiled loops into spills). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define GDN_CPU_NO_UNROLL _Pragma("GCC unroll 1")
+#else
+#define GDN_CPU_NO_UNROLL
+#endif
+
 typedef enum gdn_cpu_isa_kind { GDN_CPU_ISA_BASE = 0, GDN_CPU_ISA_AVX2 = 1, GDN_CPU_ISA_AVX512 = 2 } gdn_cpu_isa_kind;
 
 /* The best instance this CPU runs, capped by $GDN_CPU_ISA (read on every call). */
