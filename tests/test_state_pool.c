@@ -16,8 +16,8 @@
 
 static double tol_state(gdn_dtype sd) { return sd == GDN_DTYPE_BF16 ? 1e-2 : 2e-5; }
 
-/* One pool call on f32 inputs, H = 2, HV = 4, K = V = 64, precomputed gates. */
-static void run_pool(const tu_pool_spec *s, uint64_t seed)
+/* One pool call on f32 inputs, H = 2, HV = 4, K = V = 64, precomputed gates of `kind`. */
+static void run_pool_gates(const tu_pool_spec *s, uint64_t seed, gdn_gate_kind kind)
 {
     tu_case_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -26,8 +26,11 @@ static void run_pool(const tu_pool_spec *s, uint64_t seed)
     cfg.K = 64;
     cfg.V = 64;
     cfg.l2norm = 1;
+    cfg.kind = kind;
     tu_pool_run(s, &cfg, seed, NULL, 1e-5, tol_state(s->state_dtype));
 }
+
+static void run_pool(const tu_pool_spec *s, uint64_t seed) { run_pool_gates(s, seed, GDN_GATE_GDN); }
 
 static int test_pool_decode_inplace(void)
 {
@@ -199,15 +202,7 @@ static int test_pool_decode_in_place_direct(void)
         s.layout = variant % 2 ? GDN_STATE_VK : GDN_STATE_KV;
         s.state_dtype = GDN_DTYPE_F32;
         s.pad = variant * 16;
-        tu_case_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.H = 2;
-        cfg.HV = 4;
-        cfg.K = 64;
-        cfg.V = 64;
-        cfg.l2norm = 1;
-        cfg.kind = variant >= 2 ? GDN_GATE_KDA : GDN_GATE_GDN;
-        tu_pool_run(&s, &cfg, 300 + (uint64_t)variant, NULL, 1e-5, tol_state(s.state_dtype));
+        run_pool_gates(&s, 300 + (uint64_t)variant, variant >= 2 ? GDN_GATE_KDA : GDN_GATE_GDN);
     }
     return TU_PASS;
 }

@@ -44,7 +44,8 @@
 
 /* fn_avx512 / fn_avx2 / fn_base for the ISA in effect (the x86 ones only where compiled). */
 #if GDN_CPU_X86_DISPATCH
-#define GDN_CPU_PICK(isa, fn) ((isa) == GDN_CPU_ISA_AVX512 ? fn##_avx512 : (isa) == GDN_CPU_ISA_AVX2 ? fn##_avx2 : fn##_base)
+#define GDN_CPU_PICK(isa, fn)                                                                                      \
+    ((isa) == GDN_CPU_ISA_AVX512 ? fn##_avx512 : (isa) == GDN_CPU_ISA_AVX2 ? fn##_avx2 : fn##_base)
 #else
 #define GDN_CPU_PICK(isa, fn) ((void)(isa), fn##_base)
 #endif
