@@ -1,8 +1,10 @@
 /*
  * cpu_chunk.c - the chunked forward (prefill) of GDN_MATH.md on the CPU, in f32.
  *
- * One work item per (sequence n, value head j), run on the thread pool; each walks its sequence
- * in chunks of C = 64 tokens, keeping the state S (K x V, f32) in per-thread scratch. Per chunk,
+ * One work item per sequence n and group of up to HEAD_GROUP value heads, run on the thread pool;
+ * each walks its sequence in chunks of C = 64 tokens, all heads of the group per chunk (a token's
+ * rows of adjacent heads are adjacent in memory), keeping the states S (K x V, f32) in per-thread
+ * scratch. Per chunk,
  * with Gam the in-chunk cumulative log decay (GDN one scalar per token, KDA one per key channel):
  *
  *     A    = strictly lower, A[i][j] = beta_i * sum_r k_i[r] k_j[r] exp(Gam_i[r] - Gam_j[r])
@@ -23,7 +25,8 @@
  *
  * A short last chunk is zero padded to a multiple of 16 rows (zero q, k, v and beta, g = 0), and
  * head dims to multiples of 16 columns, so the matrix products need no edge cases. The products
- * are register-tiled loops the compiler vectorizes (4 rows x 16 columns).
+ * run on register tiles (8 rows x 32 columns with AVX-512, 4 x 16 otherwise). The ISA-dependent
+ * code is in cpu_chunk.inc, compiled once per instruction set (cpu_isa.h).
  *
  * f64 problems (the oracle) go to the recurrent reference, which is exact in double.
  */
@@ -39,13 +42,13 @@
 #define G_FLOOR (-1.0e4)
 #define FS_BLOCK 16 /* rows per block of the forward substitution */
 #define ROW_PAD 16  /* a short chunk is computed with its rows padded to a multiple of this */
-
 #define HEAD_GROUP 4 /* value heads per work item, walked together chunk by chunk */
 
 /* Triangular structure a matmul may exploit. */
 enum {
     MM_FULL = 0,
-    MM_LOWER_OUT = 1, /* only C[i][j] with j <= i is wanted: other NR-blocks are left unwritten */
+    MM_LOWER_OUT = 1, /* only C[i][j] with j <= i is wanted: column blocks past a tile's last row
+                       * are left unwritten */
     MM_LOWER_A = 2    /* A[i][l] = 0 for l > i: the sum stops at the diagonal */
 };
 
@@ -53,15 +56,15 @@ enum {
 typedef struct chunk_buf {
     double *gam;  /* [C] GDN: in-chunk cumulative log decay */
     float *QK;    /* [2C][Kp]: rows 0..C-1 q (scaled, normalised), rows C..2C-1 k */
-    float *Kt;    /* [Kp][C]: k transposed (KDA: the decayed keys D); later exp(Gam_C - Gam) k transposed */
+    float *Kt;    /* [Kp][C]: k transposed (KDA: the decayed keys D) */
     float *V;     /* [C][Vp]: v, then U = beta v solved, then Vnew */
-    float *QW;    /* [2C][Kp]: rows 0..C-1 exp(Gam) q, rows C..2C-1 W */
+    float *QW;    /* [2C][Kp]: rows 0..C-1 exp(Gam) q (later exp(Gam_C - Gam) k), rows C..2C-1 W */
     float *Y;     /* [2C][Vp]: rows 0..C-1 O, rows C..2C-1 W S */
     float *PA;    /* [2C][C]:  rows 0..C-1 P, rows C..2C-1 A */
     float *S;     /* [hg][Kp][Vp] the states of the item's heads */
     float *eg;    /* [C][Kp] KDA: exp(g) per token and channel */
     float *beta;  /* [C] */
-    double *row;  /* [Kp] one token's q, k or g as double */
+    double *row;  /* [Kp] a token's gates (gdn_load_gate_f32's scratch), then KDA's running decays */
 } chunk_buf;
 
 static size_t chunk_buf_bytes(int64_t Kp, int64_t Vp, int64_t hg)

@@ -11,8 +11,9 @@
  * so the state is walked once per token, in tiles of columns that stay in L1 across a block of
  * tokens. The tile's inner loop follows the layout: VK (K contiguous) tiles are RB value rows of
  * K and take the two dot products along K; KV (V contiguous) tiles are NB columns wide and
- * accumulate the dots as vectors over the columns. Both read and write each state element once
- * per token, so both layouts run at the same speed.
+ * accumulate the dots as vectors over the columns. Both bring each state element from memory
+ * and write it back once per token, so both layouts run at about the same speed. The
+ * ISA-dependent code is in cpu_recurrent_f32.inc, compiled once per instruction set (cpu_isa.h).
  *
  * Work items are (sequence, value head) pairs on the thread pool, so a single sequence with many
  * heads uses every thread. The state stays where it is when that is possible (f32, unit inner
