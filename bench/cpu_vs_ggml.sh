@@ -68,7 +68,7 @@ if [ -z "$ggml_rev" ] && [ "$(git -C "$ggml" rev-parse --show-toplevel 2>/dev/nu
     ggml_rev=$(git -C "$ggml" rev-parse --short HEAD)
 fi
 echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'); libgdn commit $commit; ggml ${ggml_rev:-unknown (no .git; set GGML_REV)}"
-echo "# command: bash bench/cpu_vs_ggml.sh $ggml (GDN_BENCH_SAMPLES=$samples GDN_BENCH_THREADS=$threads)"
+echo "# command: bash bench/cpu_vs_ggml.sh $ggml (GDN_BENCH_SAMPLES=$samples GDN_BENCH_THREADS=$threads${GGML_BUILD:+ GGML_BUILD=$GGML_BUILD}${GGML_REV:+ GGML_REV=$GGML_REV})"
 echo "# ratio = ggml us / libgdn us (> 1: libgdn faster); prefill tok/s = T / time"
 awk '
 function median(list,   n, a, i, j, t) {
