@@ -69,7 +69,7 @@ if [ -z "$ggml_rev" ] && [ "$(git -C "$ggml" rev-parse --show-toplevel 2>/dev/nu
 fi
 echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'); libgdn commit $commit; ggml ${ggml_rev:-unknown (no .git; set GGML_REV)}"
 echo "# command: bash bench/cpu_vs_ggml.sh $ggml (GDN_BENCH_SAMPLES=$samples GDN_BENCH_THREADS=$threads${GGML_BUILD:+ GGML_BUILD=$GGML_BUILD}${GGML_REV:+ GGML_REV=$GGML_REV})"
-echo "# ratio = ggml us / libgdn us (> 1: libgdn faster); prefill tok/s = T / time"
+echo "# ratio = ggml us / libgdn us (> 1: libgdn faster); tok/s = T / libgdn time (prefill)"
 awk '
 function median(list,   n, a, i, j, t) {
     n = split(list, a, " ")
@@ -87,6 +87,7 @@ END {
         t = kk[1]; sub(/^h[0-9]+_d[0-9]+_t/, "", t); sub(/_.*/, "", t)
         r = "-"
         if (gm > 0) r = sprintf("%.2f", gm / lm)
-        printf "%-22s %-6s %12.1f %12.1f %8s %14.0f\n", kk[1], kk[2], gm, lm, r, 1e6 * t / lm
+        tps = t > 1 ? sprintf("%.0f", 1e6 * t / lm) : "-"
+        printf "%-22s %-6s %12.1f %12.1f %8s %14s\n", kk[1], kk[2], gm, lm, r, tps
     }
 }' "$raw"
