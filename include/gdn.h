@@ -272,7 +272,10 @@ GDN_API gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args);
 
 /* 1 if the library was built with the CUDA backend, else 0. */
 GDN_API int gdn_has_cuda(void);
-/* Threads the CPU backend uses (default: online processors, or $GDN_NUM_THREADS). n <= 0 resets. */
+/* Threads the CPU backend uses (default: online processors, or $GDN_NUM_THREADS). n <= 0 resets.
+ * The count is one budget for the whole process: the backend keeps a pool of at most n - 1
+ * helper threads, and a call's caller works alongside the helpers it finds idle, so calls made at
+ * once from several threads share the n - 1 helpers instead of each starting its own. */
 GDN_API void gdn_set_num_threads(int n);
 GDN_API int gdn_get_num_threads(void);
 

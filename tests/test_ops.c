@@ -5,9 +5,15 @@
  * Each axis is swept with the others at defaults (B = 2, T = 100, H = 2, HV = 4, K = V = 64, f32,
  * KV state in f32, initial state, in-kernel l2norm, precomputed GDN gates), plus random
  * combinations. Outputs are poisoned before every run, so unwritten elements fail as NaN.
+ * f32 / bf16 / f16 inputs take the backend's f32 paths and f64 inputs its double reference, so
+ * every comparison here checks an f32 path against the reference; ops_fast_* add the decode
+ * shapes, every instruction-set instance ($GDN_CPU_ISA) and concurrent callers.
  *   build/tests/test_ops [name-substring ...]
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +499,131 @@ static int test_random_combos(void)
     return TU_PASS;
 }
 
+/* Decode shapes of the f32 recurrence (one token, one sequence, many heads) and short verify. */
+static const tu_case_config *fast_cases(int *count)
+{
+    static tu_case_config cs[6];
+    for (int i = 0; i < 6; i++) {
+        cs[i] = defaults(1600 + (uint64_t)i);
+        cs[i].B = 1;
+        cs[i].T = i < 4 ? 1 : 5;
+        cs[i].K = cs[i].V = i % 3 == 0 ? 128 : 64;
+        cs[i].H = 4;
+        cs[i].HV = i == 1 ? 16 : 4;
+        cs[i].layout = i % 2 ? GDN_STATE_VK : GDN_STATE_KV;
+        cs[i].kind = i == 2 || i == 5 ? GDN_GATE_KDA : GDN_GATE_GDN;
+        cs[i].state_dtype = i == 3 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+    }
+    cs[4].K = 256; /* unequal head dims, the widest tiles */
+    cs[4].V = 64;
+    cs[5].K = 64;
+    cs[5].V = 256;
+    cs[5].nseq = 4;
+    memcpy(cs[5].seqlens, (int32_t[]){3, 0, 70, 1}, 4 * sizeof(int32_t));
+    cs[5].dtype = cs[5].beta_dtype = GDN_DTYPE_F16;
+    *count = 6;
+    return cs;
+}
+
+static int test_fast_decode_shapes(void)
+{
+    int n;
+    const tu_case_config *cs = fast_cases(&n);
+    for (int i = 0; i < n; i++)
+        run_case(&cs[i]);
+    return TU_PASS;
+}
+
+/* Every instance the dispatcher may pick on some machine runs here, capped through $GDN_CPU_ISA
+ * (instances this CPU lacks fall back to the best it has). */
+static int test_fast_isa_instances(void)
+{
+    static const char *isas[] = {"base", "avx2", "avx512"};
+    int n;
+    const tu_case_config *cs = fast_cases(&n);
+    for (int k = 0; k < 3; k++) {
+        setenv("GDN_CPU_ISA", isas[k], 1);
+        run_case(&cs[k]);
+        run_case(&cs[5]);
+        tu_case_config c = defaults(1700 + (uint64_t)k);
+        c.kind = k == 1 ? GDN_GATE_KDA : GDN_GATE_GDN;
+        c.layout = k == 2 ? GDN_STATE_VK : GDN_STATE_KV;
+        c.T = 130;
+        run_case(&c);
+    }
+    unsetenv("GDN_CPU_ISA");
+    return TU_PASS;
+}
+
+/* Callers on several threads at once share the backend's one helper pool; each result must be
+ * what the call gives alone. */
+typedef struct concurrent_job {
+    tu_case c;
+    int op;
+    int rounds;
+    gdn_status st;
+} concurrent_job;
+
+static void *concurrent_main(void *arg)
+{
+    concurrent_job *j = (concurrent_job *)arg;
+    j->st = GDN_OK;
+    for (int r = 0; r < j->rounds && j->st == GDN_OK; r++) {
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&j->c);
+        j->st = tu_fwd(j->op, &a);
+    }
+    return NULL;
+}
+
+static int test_fast_concurrent_callers(void)
+{
+    enum { JOBS = 4 };
+    concurrent_job jobs[JOBS];
+    float *o_alone[JOBS], *s_alone[JOBS];
+    int before = gdn_get_num_threads();
+    gdn_set_num_threads(2);
+    for (int i = 0; i < JOBS; i++) {
+        tu_case_config cfg = defaults(1800 + (uint64_t)i);
+        cfg.T = i % 2 ? 1 : 70;
+        cfg.kind = i == 2 ? GDN_GATE_KDA : GDN_GATE_GDN;
+        cfg.layout = i == 3 ? GDN_STATE_VK : GDN_STATE_KV;
+        tu_case_init(&jobs[i].c, &cfg);
+        jobs[i].op = i % 2 ? TU_RECURRENT : TU_CHUNK;
+        jobs[i].rounds = 1;
+        concurrent_main(&jobs[i]);
+        size_t n_o = (size_t)(cfg.B * cfg.T * cfg.HV * cfg.V), n_s = (size_t)jobs[i].c.state_numel;
+        o_alone[i] = tu_snapshot(jobs[i].c.o, n_o * sizeof(float));
+        s_alone[i] = tu_snapshot(jobs[i].c.ht, n_s * sizeof(float));
+        tu_case_poison(&jobs[i].c);
+        jobs[i].rounds = 20;
+    }
+    pthread_t tids[JOBS];
+    int started[JOBS];
+    for (int i = 0; i < JOBS; i++) {
+        started[i] = pthread_create(&tids[i], NULL, concurrent_main, &jobs[i]) == 0;
+        if (!started[i])
+            concurrent_main(&jobs[i]);
+    }
+    for (int i = 0; i < JOBS; i++)
+        if (started[i])
+            pthread_join(tids[i], NULL);
+    for (int i = 0; i < JOBS; i++) {
+        const tu_case *c = &jobs[i].c;
+        size_t n_o = (size_t)(c->c.B * c->c.T * c->c.HV * c->c.V), n_s = (size_t)c->state_numel;
+        tu_expect(jobs[i].st == GDN_OK, "concurrent caller %d: %s", i, gdn_status_string(jobs[i].st));
+        char what[64];
+        snprintf(what, sizeof what, "caller %d o, concurrent vs alone", i);
+        tu_check(what, tu_compare(c->o, GDN_DTYPE_F32, o_alone[i], GDN_DTYPE_F32, n_o), 0.0);
+        snprintf(what, sizeof what, "caller %d ht, concurrent vs alone", i);
+        tu_check(what, tu_compare(c->ht, GDN_DTYPE_F32, s_alone[i], GDN_DTYPE_F32, n_s), 0.0);
+        free(o_alone[i]);
+        free(s_alone[i]);
+        tu_case_free(&jobs[i].c);
+    }
+    gdn_set_num_threads(before);
+    return TU_PASS;
+}
+
 int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
@@ -511,6 +642,9 @@ int main(int argc, char **argv)
         {"ops_empty_batch", test_empty_batch},
         {"ops_thread_count_invariance", test_thread_count_invariance},
         {"ops_random_combos", test_random_combos},
+        {"ops_fast_decode_shapes", test_fast_decode_shapes},
+        {"ops_fast_isa_instances", test_fast_isa_instances},
+        {"ops_fast_concurrent_callers", test_fast_concurrent_callers},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

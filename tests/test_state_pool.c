@@ -16,8 +16,8 @@
 
 static double tol_state(gdn_dtype sd) { return sd == GDN_DTYPE_BF16 ? 1e-2 : 2e-5; }
 
-/* One pool call on f32 inputs, H = 2, HV = 4, K = V = 64, precomputed gates. */
-static void run_pool(const tu_pool_spec *s, uint64_t seed)
+/* One pool call on f32 inputs, H = 2, HV = 4, K = V = 64, precomputed gates of `kind`. */
+static void run_pool_gates(const tu_pool_spec *s, uint64_t seed, gdn_gate_kind kind)
 {
     tu_case_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -26,8 +26,11 @@ static void run_pool(const tu_pool_spec *s, uint64_t seed)
     cfg.K = 64;
     cfg.V = 64;
     cfg.l2norm = 1;
+    cfg.kind = kind;
     tu_pool_run(s, &cfg, seed, NULL, 1e-5, tol_state(s->state_dtype));
 }
+
+static void run_pool(const tu_pool_spec *s, uint64_t seed) { run_pool_gates(s, seed, GDN_GATE_GDN); }
 
 static int test_pool_decode_inplace(void)
 {
@@ -177,6 +180,33 @@ static int test_step_states_varlen(void)
     return TU_PASS;
 }
 
+/* In-place decode with the pool as the only destination (no final_state, no step_states) and
+ * f32 states: the f32 recurrence updates each slot where it lies, in both layouts, for GDN and
+ * KDA, next to skipped sequences and a padded slot stride. */
+static int test_pool_decode_in_place_direct(void)
+{
+    for (int variant = 0; variant < 4; variant++) {
+        tu_pool_spec s;
+        memset(&s, 0, sizeof s);
+        s.label = (const char *[]){"direct decode KV gdn", "direct decode VK gdn", "direct decode KV kda",
+                                   "direct T=2 VK kda"}[variant];
+        s.N = 4;
+        s.T = variant == 3 ? 2 : 1;
+        s.P = 6;
+        s.idx[0][0] = 3;
+        s.idx[1][0] = 0;
+        s.idx[2][0] = -1;
+        s.idx[3][0] = 5;
+        s.null_slot_zero = variant == 2;
+        s.inplace = 1;
+        s.layout = variant % 2 ? GDN_STATE_VK : GDN_STATE_KV;
+        s.state_dtype = GDN_DTYPE_F32;
+        s.pad = variant * 16;
+        run_pool_gates(&s, 300 + (uint64_t)variant, variant >= 2 ? GDN_GATE_KDA : GDN_GATE_GDN);
+    }
+    return TU_PASS;
+}
+
 int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
@@ -185,6 +215,7 @@ int main(int argc, char **argv)
         {"pool_spec_verify", test_pool_spec_verify},
         {"pool_spec_verify_varlen", test_pool_spec_verify_varlen},
         {"pool_step_states_varlen", test_step_states_varlen},
+        {"pool_decode_in_place_direct", test_pool_decode_in_place_direct},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

@@ -154,8 +154,11 @@ static inline void gdn_ld_vec_f32(const void *base, gdn_dtype dt, int64_t off, i
     switch (dt) {
     case GDN_DTYPE_F32: {
         const float *x = (const float *)base + off;
-        for (int64_t i = 0; i < n; i++)
-            out[i] = x[i * stride];
+        if (stride == 1)
+            memcpy(out, x, (size_t)n * sizeof *out);
+        else
+            for (int64_t i = 0; i < n; i++)
+                out[i] = x[i * stride];
         break;
     }
     case GDN_DTYPE_BF16: {
@@ -197,8 +200,11 @@ static inline void gdn_st_vec_f32(void *base, gdn_dtype dt, int64_t off, int64_t
     switch (dt) {
     case GDN_DTYPE_F32: {
         float *x = (float *)base + off;
-        for (int64_t i = 0; i < n; i++)
-            x[i * stride] = in[i];
+        if (stride == 1)
+            memcpy(x, in, (size_t)n * sizeof *x);
+        else
+            for (int64_t i = 0; i < n; i++)
+                x[i * stride] = in[i];
         break;
     }
     case GDN_DTYPE_BF16: {
@@ -294,6 +300,20 @@ static inline void gdn_load_gate(const gdn_problem *p, int64_t b, int64_t t, int
     }
 }
 
+/* The f32 paths' gate loader: log decays of token (b, t), value head hv, as f32 (g[0] for GDN,
+ * g[0 .. K) for KDA), as gdn_load_gate rounds them, straight from an f32 g tensor. */
+static inline void gdn_load_gate_f32(const gdn_problem *p, int64_t b, int64_t t, int64_t hv, double *tmp, float *g)
+{
+    const int64_t nr = p->gate_kind == GDN_GATE_KDA ? p->K : 1;
+    if (p->g.data && p->g.dtype == GDN_DTYPE_F32) {
+        gdn_ld_vec_f32(p->g.data, p->g.dtype, gdn_tok_off(&p->g, b, t, hv, 0), p->g.s[3], nr, g);
+        return;
+    }
+    gdn_load_gate(p, b, t, hv, 0, tmp);
+    for (int64_t r = 0; r < nr; r++)
+        g[r] = (float)tmp[r];
+}
+
 /* beta of token (b, t) and value head hv, from beta or from logits (rounded as gdn_load_gate). */
 static inline double gdn_load_beta(const gdn_problem *p, int64_t b, int64_t t, int64_t hv, int exact)
 {
@@ -304,6 +324,74 @@ static inline double gdn_load_beta(const gdn_problem *p, int64_t b, int64_t t, i
     return exact ? beta : (double)(float)beta;
 }
 
+/* sum x[r] y[r] over r < n (a multiple of 16) in double, in 16 partial sums: vector lanes once
+ * inlined into a kernel, where one chain of additions would set the pace. */
+static inline double gdn_dot_f32(const float *restrict x, const float *restrict y, int64_t n)
+{
+    double acc[16] = {0};
+    for (int64_t r0 = 0; r0 < n; r0 += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] += (double)x[r0 + l] * y[r0 + l];
+    double sum = 0.0;
+    for (int l = 0; l < 16; l++)
+        sum += acc[l];
+    return sum;
+}
+
+/* q or k of one token, loaded as f32 into out[0 .. K), made what the kernels use: zeros up to np
+ * (a multiple of 16), l2-normalised when the problem asks (norm summed in double), times mul. */
+static inline void gdn_scale_qk_f32(const gdn_problem *p, double mul, float *out, int64_t np)
+{
+    for (int64_t r = p->K; r < np; r++)
+        out[r] = 0.0f;
+    if (p->use_qk_l2norm)
+        mul /= sqrt(gdn_dot_f32(out, out, np) + 1e-6);
+    for (int64_t r = 0; r < p->K; r++)
+        out[r] = (float)(out[r] * mul);
+}
+
+/* q or k of token (b, t), key head h, loaded and scaled (gdn_scale_qk_f32) into out: the f32
+ * paths' one loader. */
+static inline void gdn_load_qk_f32(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t t, int64_t h,
+                                   double mul, float *out, int64_t np)
+{
+    gdn_ld_vec_f32(x->data, x->dtype, gdn_tok_off(x, b, t, h, 0), x->s[3], p->K, out);
+    gdn_scale_qk_f32(p, mul, out, np);
+}
+
+/* A read prefetch hint (nothing where the compiler has none). */
+#if defined(__GNUC__)
+#define GDN_PREFETCH(addr) __builtin_prefetch(addr)
+#else
+#define GDN_PREFETCH(addr) ((void)(addr))
+#endif
+
+/* exp(x) in f32 for x <= 0, flushing below the normal range to zero without the underflow
+ * path of expf (errno, slow). */
+static inline float gdn_expf_nonpos(float x) { return x < -87.0f ? 0.0f : expf(x); }
+
+/* y[i] = exp(x[i]) for x[i] <= 88 (x[i] < -87 gives 0), within 2 ulp: plain arithmetic that
+ * vectorizes once inlined into a kernel, for the per-channel decays that would otherwise cost
+ * one libm call each. exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by
+ * Cephes' expf polynomial. */
+static inline void gdn_expf_vec(const float *x, float *y, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        const float xi = x[i] < -87.0f ? -87.0f : x[i] > 88.0f ? 88.0f : x[i];
+        const float fn = (xi * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to integer */
+        const float r = (xi - fn * 0.693359375f) - fn * -2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        const uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23;
+        y[i] = x[i] < -87.0f ? 0.0f : p * gdn_f32_from_bits(bits);
+    }
+}
+
 /* Offset of state element (row r of K, column c of V) of (slot, hv) in a state view. */
 static inline int64_t gdn_state_off(const gdn_view *s, int64_t slot, int64_t hv, int64_t r, int64_t c)
 {
@@ -312,6 +400,20 @@ static inline int64_t gdn_state_off(const gdn_view *s, int64_t slot, int64_t hv,
 
 /* Largest head dims the CPU backend handles (scratch is sized from the actual K and V). */
 #define GDN_CPU_MAX_HEAD_DIM 256
+
+/* ------------------------------------------------------------------------------------------ */
+/* State pool rules (cpu_recurrent.c), shared by the reference and the f32 recurrence           */
+
+/* Is `slot` a usable pool slot under the null-slot rules? */
+int gdn_cpu_slot_valid(const gdn_problem *p, int64_t slot);
+/* The slot (or state row) sequence n starts from; 0 when the sequence is skipped (invalid start
+ * slot, or num_accepted_tokens[n] outside [1, idx_cols]). */
+int gdn_cpu_start_slot(const gdn_problem *p, int64_t n, int64_t *slot);
+/* Zeroes every output row (o, step_states, final_state) of skipped sequence n for value head hv. */
+void gdn_cpu_skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b, int64_t bos, int64_t len);
+
+/* The f32 recurrence for f32 / bf16 / f16 inputs (cpu_recurrent_f32.c). */
+gdn_status gdn_cpu_recurrent_f32(const gdn_problem *p);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Threads (cpu_threads.c)                                                                     */

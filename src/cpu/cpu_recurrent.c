@@ -1,5 +1,8 @@
 /*
  * cpu_recurrent.c - the reference recurrence of GDN_MATH.md on the CPU, with the state pool.
+ * It runs for f64 inputs (the oracle); f32 / bf16 / f16 inputs take the f32 recurrence of
+ * cpu_recurrent_f32.c, which the tests check against this one. The pool rules (start slot,
+ * skipped sequences) live here for both.
  *
  * One work item per (sequence n, value head j); the state S (K x V) lives in a double scratch
  * matrix for the whole sequence, so nothing is rounded between tokens: every load widens to
@@ -30,8 +33,7 @@ typedef struct rec_ctx {
     int exact;         /* f64 problem: keep in-kernel gates in double */
 } rec_ctx;
 
-/* Is `slot` a usable pool slot under the null-slot rules? */
-static int slot_valid(const gdn_problem *p, int64_t slot) { return p->null_slot_zero ? slot > 0 : slot >= 0; }
+int gdn_cpu_slot_valid(const gdn_problem *p, int64_t slot) { return p->null_slot_zero ? slot > 0 : slot >= 0; }
 
 static void store_state(const gdn_problem *p, const gdn_view *dst, int64_t slot, int64_t hv, const double *S)
 {
@@ -59,8 +61,7 @@ static void load_qk(const gdn_problem *p, const gdn_view *x, int64_t b, int64_t 
         out[r] *= mul;
 }
 
-/* Zeroes every output row of a skipped sequence for value head hv. */
-static void skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b, int64_t bos, int64_t len)
+void gdn_cpu_skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b, int64_t bos, int64_t len)
 {
     for (int64_t t = bos; t < bos + len; t++) {
         for (int64_t c = 0; c < p->V; c++)
@@ -70,6 +71,23 @@ static void skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b
     }
     if (p->final_state.data)
         zero_state(p, &p->final_state, n, hv);
+}
+
+int gdn_cpu_start_slot(const gdn_problem *p, int64_t n, int64_t *slot)
+{
+    *slot = n;
+    if (!p->state_indices)
+        return 1;
+    const int32_t *idx_row = p->state_indices + n * p->idx_stride_n;
+    int64_t col = 0;
+    if (p->num_accepted_tokens) {
+        int64_t acc = p->num_accepted_tokens[n];
+        if (acc < 1 || acc > p->idx_cols)
+            return 0;
+        col = acc - 1;
+    }
+    *slot = idx_row[col * p->idx_stride_t];
+    return gdn_cpu_slot_valid(p, *slot);
 }
 
 static void recurrent_item(void *ctxp, int64_t item, int thread)
@@ -83,25 +101,12 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
     gdn_seq_bounds(p, n, &b, &bos, &len);
 
     /* Where the state comes from: slot of the pool, or row n of state_in. */
-    int64_t slot = n;
-    const int32_t *idx_row = NULL;
-    if (p->state_indices) {
-        idx_row = p->state_indices + n * p->idx_stride_n;
-        int64_t col = 0;
-        if (p->num_accepted_tokens) {
-            int64_t acc = p->num_accepted_tokens[n];
-            if (acc < 1 || acc > p->idx_cols) {
-                skip_sequence(p, n, hv, b, bos, len);
-                return;
-            }
-            col = acc - 1;
-        }
-        slot = idx_row[col * p->idx_stride_t];
-        if (!slot_valid(p, slot)) {
-            skip_sequence(p, n, hv, b, bos, len);
-            return;
-        }
+    int64_t slot;
+    if (!gdn_cpu_start_slot(p, n, &slot)) {
+        gdn_cpu_skip_sequence(p, n, hv, b, bos, len);
+        return;
     }
+    const int32_t *idx_row = p->state_indices ? p->state_indices + n * p->idx_stride_n : NULL;
 
     double *S = ctx->scratch + (int64_t)thread * ctx->per_thread;
     double *q = S + K * V, *k = q + K, *g = k + K, *u = g + K, *o = u + V;
@@ -152,7 +157,7 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
             store_state(p, &p->step_states, b * p->T + t, hv, S);
         if (per_step_pool && i < p->idx_cols) {
             int64_t dst = idx_row[i * p->idx_stride_t];
-            if (slot_valid(p, dst))
+            if (gdn_cpu_slot_valid(p, dst))
                 store_state(p, &p->state_in, dst, hv, S);
         }
     }
@@ -168,6 +173,8 @@ gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p)
     if (p->K < 1 || p->K > GDN_CPU_MAX_HEAD_DIM || p->V < 1 || p->V > GDN_CPU_MAX_HEAD_DIM)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "cpu recurrent_fwd: head dims K = %lld, V = %lld (each 1 .. %d)",
                              (long long)p->K, (long long)p->V, GDN_CPU_MAX_HEAD_DIM);
+    if (p->q.dtype != GDN_DTYPE_F64)
+        return gdn_cpu_recurrent_f32(p);
     const int64_t items = p->N * p->HV;
     if (items == 0)
         return GDN_OK;
