@@ -432,6 +432,23 @@ int tu_cuda_device_count(void)
 #endif
 }
 
+const char *tu_cuda_unavailable(void)
+{
+#ifdef GDN_WITH_CUDA
+    static char why[200];
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, sizeof why, "no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return why;
+    }
+    return n > 0 ? NULL : "no CUDA device";
+#else
+    return "libgdn built without CUDA";
+#endif
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* A random problem and its oracle                                                             */
 

@@ -150,7 +150,9 @@ void tu_skip_reason(const char *fmt, ...)
 
 /* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
 int tu_cuda_device_count(void);
-
+/* Why no CUDA device can be used ("libgdn built without CUDA", "no CUDA device", or the runtime's
+ * error), or NULL when one can. */
+const char *tu_cuda_unavailable(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* A random GDN / KDA problem on the host, its float64 oracle, and args builders                */
