@@ -766,6 +766,18 @@ static int bench_alloc(const backend *bk, bench_tensor *bt, const char *what, gd
     return 1;
 }
 
+/* ts[0 .. 5] = q, k, v, o, g, beta for B sequences of T tokens (o zeroed, the others random). */
+static int bench_token_tensors(const backend *bk, const bench_opts *o, int64_t T, bench_tensor *ts)
+{
+    int64_t qk[4] = {o->B, T, o->H, o->K}, vo[4] = {o->B, T, o->HV, o->V}, gate[3] = {o->B, T, o->HV};
+    return bench_alloc(bk, &ts[0], "q", o->dtype, 4, qk, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[1], "k", o->dtype, 4, qk, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[2], "v", o->dtype, 4, vo, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[3], "o", o->dtype, 4, vo, 0, 0, -1) &&
+           bench_alloc(bk, &ts[4], "g", GDN_DTYPE_F32, 3, gate, 0, 1, MAP_LOGSIGMOID) &&
+           bench_alloc(bk, &ts[5], "beta", o->dtype, 3, gate, 0, 1, MAP_SIGMOID);
+}
+
 typedef struct bench_timing {
     double best, mean;
 } bench_timing;
@@ -817,13 +829,8 @@ static int bench_run(const backend *bk, const bench_opts *o)
                         o->layout == GDN_STATE_KV ? o->V : o->K};
     if (o->chunk) {
         int64_t T = o->T;
-        ok = ok && bench_alloc(bk, &ts[0], "q", o->dtype, 4, (int64_t[]){o->B, T, o->H, o->K}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[1], "k", o->dtype, 4, (int64_t[]){o->B, T, o->H, o->K}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[2], "v", o->dtype, 4, (int64_t[]){o->B, T, o->HV, o->V}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[3], "o", o->dtype, 4, (int64_t[]){o->B, T, o->HV, o->V}, 0, 0, -1);
-        ok = ok && bench_alloc(bk, &ts[4], "g", GDN_DTYPE_F32, 3, (int64_t[]){o->B, T, o->HV}, 0, 1, MAP_LOGSIGMOID);
-        ok = ok && bench_alloc(bk, &ts[5], "beta", o->dtype, 3, (int64_t[]){o->B, T, o->HV}, 0, 1, MAP_SIGMOID);
-        ok = ok && bench_alloc(bk, &ts[6], "final_state", o->state_dtype, 4, sdims, 0, 0, -1);
+        ok = bench_token_tensors(bk, o, T, ts) &&
+             bench_alloc(bk, &ts[6], "final_state", o->state_dtype, 4, sdims, 0, 0, -1);
         if (ok) {
             gdn_chunk_fwd_args c;
             memset(&c, 0, sizeof c);
@@ -845,13 +852,8 @@ static int bench_run(const backend *bk, const bench_opts *o)
     }
     if (o->recurrent && ok && st == GDN_OK) {
         int64_t T = o->decode_T;
-        ok = ok && bench_alloc(bk, &ts[8], "q", o->dtype, 4, (int64_t[]){o->B, T, o->H, o->K}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[9], "k", o->dtype, 4, (int64_t[]){o->B, T, o->H, o->K}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[10], "v", o->dtype, 4, (int64_t[]){o->B, T, o->HV, o->V}, 0, 1, MAP_NONE);
-        ok = ok && bench_alloc(bk, &ts[11], "o", o->dtype, 4, (int64_t[]){o->B, T, o->HV, o->V}, 0, 0, -1);
-        ok = ok && bench_alloc(bk, &ts[12], "g", GDN_DTYPE_F32, 3, (int64_t[]){o->B, T, o->HV}, 0, 1, MAP_LOGSIGMOID);
-        ok = ok && bench_alloc(bk, &ts[13], "beta", o->dtype, 3, (int64_t[]){o->B, T, o->HV}, 0, 1, MAP_SIGMOID);
-        ok = ok && bench_alloc(bk, &ts[14], "state", o->state_dtype, 4, sdims, 0, 0.1, MAP_NONE);
+        ok = bench_token_tensors(bk, o, T, ts + 8) &&
+             bench_alloc(bk, &ts[14], "state", o->state_dtype, 4, sdims, 0, 0.1, MAP_NONE);
         if (ok) {
             gdn_recurrent_fwd_args r;
             memset(&r, 0, sizeof r);
