@@ -279,6 +279,23 @@ GDN_API int gdn_has_cuda(void);
 GDN_API void gdn_set_num_threads(int n);
 GDN_API int gdn_get_num_threads(void);
 
+/* ------------------------------------------------------------------------------------------ */
+/* bf16 / f16 conversions (host arrays)                                                        */
+
+/* bf16 and f16 values are passed as their bit patterns in uint16_t, as torch.bfloat16 /
+ * torch.float16, __nv_bfloat16 / __half and numpy's float16 store them.
+ *
+ * gdn_f32_to_bf16, gdn_f32_to_f16: dst[i] = src[i] rounded to nearest, ties to even (as IEEE 754
+ * and the GPU's conversion instructions round). NaN stays NaN (quiet; sign kept), magnitudes that
+ * round beyond the largest finite value (bf16 ~3.39e38, f16 65504) become Inf, f16 results below
+ * 2^-14 are subnormal (down to 2^-24, then zero with the sign kept).
+ * gdn_bf16_to_f32, gdn_f16_to_f32: exact (every bf16 / f16 value is an f32 value).
+ * src and dst hold n elements and must not overlap; with n == 0 they may be NULL. */
+GDN_API void gdn_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
+GDN_API void gdn_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
+GDN_API void gdn_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+GDN_API void gdn_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,7 @@ if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGDN_WERROR=ON &&
     echo "BUILD FAILED"
     exit 1
 fi
-grep -q "CUDA compiler identification" "$OUT/build.log" || { echo "CUDA backend not built"; exit 1; }
+grep -q "^-- libgdn .*: CUDA backend ON" "$OUT/build.log" || { echo "CUDA backend not built"; exit 1; }
 note "build: ok ($(( $(date +%s) - t0 )) s)"
 
 ctest --test-dir "$BUILD" --output-on-failure -E test_cuda >"$OUT/ctest.log" 2>&1

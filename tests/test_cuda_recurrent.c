@@ -9,7 +9,7 @@
  * state layouts, in-kernel l2 norm and gating or precomputed g / beta, step_states, state pools
  * with 1-D / 2-D indices, num_accepted_tokens, in-place writes, padded slots and skipped slots,
  * q / k sliced from a fused projection, out-of-range device indices, CUDA graph capture.
- * Skips (and passes) without a GPU.
+ * Without a usable GPU it exits with TU_EXIT_SKIPPED (ctest: skipped).
  *   build/tests/test_cuda_recurrent [name-substring ...]
  */
 #include <cuda_runtime.h>
@@ -798,5 +798,10 @@ int main(int argc, char **argv)
         {"graph_capture", test_graph_capture},
         {"gating", test_gating},
     };
+    const char *why = tu_cuda_unavailable();
+    if (why) {
+        printf("SKIP all %d tests: %s\n", TU_COUNT(tests), why);
+        return TU_EXIT_SKIPPED;
+    }
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

@@ -88,75 +88,32 @@ void tu_fill_logsigmoid_normal(float *x, size_t n, tu_rng *r)
 /* ------------------------------------------------------------------------------------------ */
 /* Floating-point formats                                                                      */
 
-static uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float f32_from_bits(uint32_t u)
+/* The library's conversions (gdn.h; tested exhaustively by test_convert.c), one element at a time. */
+static float to_f32(gdn_dtype dtype, uint16_t h)
 {
     float x;
-    memcpy(&x, &u, sizeof x);
+    if (dtype == GDN_DTYPE_BF16)
+        gdn_bf16_to_f32(&h, &x, 1);
+    else
+        gdn_f16_to_f32(&h, &x, 1);
     return x;
 }
 
-uint16_t tu_f32_to_bf16(float x)
+static uint16_t from_f32(gdn_dtype dtype, float x)
 {
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* keep NaN a NaN (force a quiet mantissa bit) */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float tu_bf16_to_f32(uint16_t h)
-{
-    return f32_from_bits((uint32_t)h << 16);
-}
-
-uint16_t tu_f32_to_f16(float x)
-{
-    uint32_t u = f32_bits(x);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return sign | 0x7e00u;
-    if (a >= 0x477ff000u) /* >= 65520 rounds to Inf */
-        return sign | 0x7c00u;
-    if (a < 0x38800000u) {
-        /* below the smallest normal 2^-14: count units of 2^-24 (exact scaling), round to even
-         * with the default rounding mode; 0x400 correctly becomes the smallest normal */
-        float m = f32_from_bits(a) * 16777216.0f;
-        return sign | (uint16_t)nearbyintf(m);
-    }
-    uint32_t mant = a & 0x7fffffu;
-    uint32_t h = ((((a >> 23) - 127u + 15u)) << 10) | (mant >> 13);
-    uint32_t rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the right answer */
-    return sign | (uint16_t)h;
-}
-
-float tu_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * (1.0f / 16777216.0f);
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return f32_from_bits(sign | 0x7f800000u | (m << 13));
-    return f32_from_bits(sign | ((e - 15u + 127u) << 23) | (m << 13));
+    uint16_t h;
+    if (dtype == GDN_DTYPE_BF16)
+        gdn_f32_to_bf16(&x, &h, 1);
+    else
+        gdn_f32_to_f16(&x, &h, 1);
+    return h;
 }
 
 float tu_round(gdn_dtype dtype, float x)
 {
     switch (dtype) {
-    case GDN_DTYPE_BF16: return tu_bf16_to_f32(tu_f32_to_bf16(x));
-    case GDN_DTYPE_F16: return tu_f16_to_f32(tu_f32_to_f16(x));
+    case GDN_DTYPE_BF16:
+    case GDN_DTYPE_F16: return to_f32(dtype, from_f32(dtype, x));
     default: return x;
     }
 }
@@ -171,8 +128,8 @@ double tu_get(const void *p, gdn_dtype dtype, size_t i)
 {
     switch (dtype) {
     case GDN_DTYPE_F32: return ((const float *)p)[i];
-    case GDN_DTYPE_BF16: return tu_bf16_to_f32(((const uint16_t *)p)[i]);
-    case GDN_DTYPE_F16: return tu_f16_to_f32(((const uint16_t *)p)[i]);
+    case GDN_DTYPE_BF16:
+    case GDN_DTYPE_F16: return to_f32(dtype, ((const uint16_t *)p)[i]);
     case GDN_DTYPE_I32: return ((const int32_t *)p)[i];
     case GDN_DTYPE_F64: return ((const double *)p)[i];
     }
@@ -183,8 +140,8 @@ void tu_set(void *p, gdn_dtype dtype, size_t i, double x)
 {
     switch (dtype) {
     case GDN_DTYPE_F32: ((float *)p)[i] = (float)x; break;
-    case GDN_DTYPE_BF16: ((uint16_t *)p)[i] = tu_f32_to_bf16((float)x); break;
-    case GDN_DTYPE_F16: ((uint16_t *)p)[i] = tu_f32_to_f16((float)x); break;
+    case GDN_DTYPE_BF16:
+    case GDN_DTYPE_F16: ((uint16_t *)p)[i] = from_f32(dtype, (float)x); break;
     case GDN_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)x; break;
     case GDN_DTYPE_F64: ((double *)p)[i] = x; break;
     }
@@ -456,7 +413,9 @@ int tu_main(const tu_test *tests, int count, int argc, char **argv)
         printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     else
         printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    if (failed)
+        return 1;
+    return skipped && !passed ? TU_EXIT_SKIPPED : 0;
 }
 
 int tu_cuda_device_count(void)
@@ -470,6 +429,23 @@ int tu_cuda_device_count(void)
     return n;
 #else
     return 0;
+#endif
+}
+
+const char *tu_cuda_unavailable(void)
+{
+#ifdef GDN_WITH_CUDA
+    static char why[200];
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, sizeof why, "no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return why;
+    }
+    return n > 0 ? NULL : "no CUDA device";
+#else
+    return "libgdn built without CUDA";
 #endif
 }
 

@@ -2,8 +2,7 @@
  * test_util.h - the small harness every libgdn C test links (CPU tests and tests/test_cuda_*.c).
  *
  *   - seeded random numbers (splitmix64 seeding a xorshift64*): uniform and normal fills
- *   - bf16 / f16 conversion with round-to-nearest-even, "round an f32 array through a dtype",
- *     typed element get/set so one buffer can hold f32, bf16, f16, f64 or i32
+ *   - "round an f32 array through a dtype" (the library's gdn_f32_to_bf16 ...), typed element get/set so one buffer can hold f32, bf16, f16, f64 or i32
  *   - gdn_tensor descriptors for host buffers (contiguous or with explicit strides)
  *   - poison fills (NaN bit patterns) and byte-exact "was this buffer touched" checks
  *   - relative RMS error ||out - ref|| / ||ref|| with NaN/Inf detection and the worst element
@@ -47,11 +46,6 @@ void tu_fill_logsigmoid_normal(float *x, size_t n, tu_rng *r);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Floating-point formats                                                                      */
-
-uint16_t tu_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
-float tu_bf16_to_f32(uint16_t h);
-uint16_t tu_f32_to_f16(float x);  /* round to nearest even; overflow to Inf; subnormals kept */
-float tu_f16_to_f32(uint16_t h);
 
 /* x rounded to the nearest value representable in dtype (identity for f32 / f64). */
 float tu_round(gdn_dtype dtype, float x);
@@ -129,6 +123,9 @@ int tu_expect(int cond, const char *fmt, ...)
 /* Runner                                                                                      */
 
 enum { TU_PASS = 0, TU_FAIL = 1, TU_SKIP = 2 };
+/* Exit code of a test binary whose selected tests all skipped (the CUDA tests without a GPU);
+ * tests/CMakeLists.txt gives it to ctest as SKIP_RETURN_CODE, so ctest reports them skipped. */
+enum { TU_EXIT_SKIPPED = 77 };
 
 typedef int (*tu_test_fn)(void);
 typedef struct tu_test {
@@ -139,7 +136,8 @@ typedef struct tu_test {
 /* Runs the tests whose name contains any argv[1..] substring (all without arguments). A test
  * fails if it returns TU_FAIL or if any tu_check / tu_expect inside it failed. Prints one line per
  * test, then "N passed, N failed", with ", N skipped" when tests skipped (no GPU, say).
- * Returns the process exit code: 0 when nothing failed. */
+ * Returns the process exit code: 1 when a test failed, TU_EXIT_SKIPPED when every test that ran
+ * skipped, else 0. */
 int tu_main(const tu_test *tests, int count, int argc, char **argv);
 #define TU_COUNT(arr) ((int)(sizeof(arr) / sizeof((arr)[0])))
 
@@ -152,7 +150,9 @@ void tu_skip_reason(const char *fmt, ...)
 
 /* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
 int tu_cuda_device_count(void);
-
+/* Why no CUDA device can be used ("libgdn built without CUDA", "no CUDA device", or the runtime's
+ * error), or NULL when one can. */
+const char *tu_cuda_unavailable(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* A random GDN / KDA problem on the host, its float64 oracle, and args builders                */

@@ -1,12 +1,14 @@
 /*
- * gdn.c - the `gdn` command: a demo of one Qwen3-Next-shaped GDN layer, a CPU benchmark, version.
+ * gdn.c - the `gdn` command: a demo of one Qwen3-Next-shaped GDN layer, a benchmark, version.
  *
  *   gdn demo        prefill 4 sequences (4096 tokens) with gdn_chunk_fwd (in-kernel gating and
  *                   l2norm, bf16 inputs, f32 states in VK layout written straight into a state
  *                   pool), then 8 decode steps with gdn_recurrent_fwd updating the pool in place;
  *                   checks both against the float64 recurrence on a subset of heads and prints
- *                   a table. Runs on the GPU when the library has CUDA and a GPU is present.
- *   gdn bench [T]   CPU timing of chunk (prefill of T tokens) and recurrent (decode) at the demo shape
+ *                   a table. Runs on the GPU when the library has CUDA and a GPU is present, and
+ *                   says why it runs on the CPU otherwise.
+ *   gdn bench ...   timing of chunk (prefill) and recurrent (decode) at any shape, dtype, state layout
+ *                   and device given as options (gdn help lists them; numbers are parsed strictly)
  *   gdn --version | help
  *
  * Build: cmake -S . -B build && cmake --build build -j; run: build/tools/gdn demo
@@ -67,19 +69,11 @@ static double randn(void)
     return sqrt(-2.0 * log(u1 > 1e-300 ? u1 : 1e-300)) * cos(6.283185307179586 * u2);
 }
 
-static uint16_t to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; inputs here are finite */
-    return (uint16_t)(u >> 16);
-}
-
+/* One bf16 value (the library's conversion, gdn.h). */
 static double from_bf16(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
     float x;
-    memcpy(&x, &u, 4);
+    gdn_bf16_to_f32(&h, &x, 1);
     return x;
 }
 
@@ -88,19 +82,20 @@ static gdn_tensor tensor(void *data, gdn_dtype dtype, gdn_device_type dev, int r
     return gdn_tensor_make(data, dtype, dev, 0, rank, shape);
 }
 
-static uint16_t *bf16_randn(size_t n, double std)
-{
-    uint16_t *p = xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++)
-        p[i] = to_bf16((float)(std * randn()));
-    return p;
-}
-
 static float *f32_randn(size_t n, double mean, double std)
 {
     float *p = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(mean + std * randn());
+    return p;
+}
+
+static uint16_t *bf16_randn(size_t n, double std)
+{
+    float *x = f32_randn(n, 0.0, std);
+    uint16_t *p = xmalloc(n * sizeof(uint16_t));
+    gdn_f32_to_bf16(x, p, n);
+    free(x);
     return p;
 }
 
@@ -185,21 +180,31 @@ static void dev_sync(const backend *bk)
 #endif
 }
 
-static backend pick_backend(void)
+/* The GPU when the library has the CUDA backend and a device is present, else the CPU; `why`
+ * (when not NULL) says why the CPU was chosen. */
+static backend pick_backend(char *why, size_t why_size)
 {
     backend bk = {0, ""};
     snprintf(bk.name, sizeof bk.name, "cpu (%d threads)", gdn_get_num_threads());
+    if (why)
+        snprintf(why, why_size, "libgdn was built without the CUDA backend");
 #ifdef GDN_WITH_CUDA
     int n = 0;
-    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
-        struct cudaDeviceProp prop;
-        if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
-            bk.cuda = 1;
-            snprintf(bk.name, sizeof bk.name, "cuda (%.60s)", prop.name);
-        }
-    } else {
-        cudaGetLastError();
+    cudaError_t e = cudaGetDeviceCount(&n);
+    struct cudaDeviceProp prop;
+    if (e == cudaSuccess && n > 0)
+        e = cudaGetDeviceProperties(&prop, 0);
+    if (e == cudaSuccess && n > 0) {
+        bk.cuda = 1;
+        snprintf(bk.name, sizeof bk.name, "cuda (%.60s)", prop.name);
+    } else if (why) {
+        if (e != cudaSuccess)
+            snprintf(why, why_size, "the CUDA backend is built, but the CUDA runtime found no usable GPU: %s (%s)",
+                     cudaGetErrorString(e), cudaGetErrorName(e));
+        else
+            snprintf(why, why_size, "the CUDA backend is built, but there is no CUDA device");
     }
+    cudaGetLastError(); /* clear a sticky "no device" error */
 #endif
     return bk;
 }
@@ -606,7 +611,10 @@ static int cmd_demo(void)
     printf("float64 reference (CPU recurrent) on %d of %d value heads: %.2f s\n\n", SUB_HV, HV, now_s() - t0);
 
     /* Each op on the best backend; one the CUDA backend does not implement yet runs on the CPU. */
-    backend best = pick_backend(), cpu = cpu_backend();
+    char why[256];
+    backend best = pick_backend(why, sizeof why), cpu = cpu_backend();
+    if (!best.cuda)
+        printf("note: running on the CPU: %s\n", why);
     float *pool = xmalloc((size_t)POOL_SLOTS * HV * DV * DK * sizeof(float));
     row rows[2];
     memset(rows, 0, sizeof rows);
@@ -641,61 +649,345 @@ static int cmd_demo(void)
     return pass ? 0 : 1;
 }
 
-/* CPU timing of both ops at the demo's head shape, no correctness check beyond the status. */
+/* ------------------------------------------------------------------------------------------ */
+/* gdn bench: time gdn_chunk_fwd (prefill) and gdn_recurrent_fwd (decode) at any shape          */
+
+typedef struct bench_opts {
+    int64_t B, T, decode_T, H, HV, K, V, reps;
+    gdn_dtype dtype, state_dtype;
+    gdn_state_layout layout;
+    const char *device; /* "auto", "cpu", "cuda" */
+    int chunk, recurrent;
+} bench_opts;
+
+/* Strict parsing of a whole decimal integer in [lo, hi]: digits only (no sign, spaces, exponent or
+ * suffix), so that "abc", "1e3", "10x", "-4" and "" are rejected with a message naming the option. */
+static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t v = 0;
+    for (const char *c = s; *c || c == s; c++) {
+        if (*c < '0' || *c > '9') { /* also the empty string */
+            fprintf(stderr, "gdn bench: %s needs a whole number in [%lld, %lld] (digits only), got '%s'\n", opt,
+                    (long long)lo, (long long)hi, s);
+            return 0;
+        }
+        if (v > (hi - (*c - '0')) / 10) { /* v * 10 + digit > hi, checked without overflowing */
+            fprintf(stderr, "gdn bench: %s = %s is too large (at most %lld)\n", opt, s, (long long)hi);
+            return 0;
+        }
+        v = v * 10 + (*c - '0');
+    }
+    if (v < lo) {
+        fprintf(stderr, "gdn bench: %s = %s is too small (at least %lld)\n", opt, s, (long long)lo);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_choice(const char *opt, const char *s, const char *const *names, int count, int *out)
+{
+    for (int i = 0; i < count; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return 1;
+        }
+    fprintf(stderr, "gdn bench: %s must be one of", opt);
+    for (int i = 0; i < count; i++)
+        fprintf(stderr, "%s %s", i ? "," : "", names[i]);
+    fprintf(stderr, "; got '%s'\n", s);
+    return 0;
+}
+
+/* *acc *= x, or 0 with a message naming what overflowed. */
+static int mul_checked(size_t *acc, int64_t x, const char *what)
+{
+    if (x < 0 || (x > 0 && *acc > SIZE_MAX / (size_t)x)) {
+        fprintf(stderr, "gdn bench: the size of %s overflows; choose a smaller shape\n", what);
+        return 0;
+    }
+    *acc *= (size_t)x;
+    return 1;
+}
+
+/* Bytes of a tensor of the given dims and dtype, or 0 with a message on overflow. */
+static int tensor_bytes(const char *what, gdn_dtype dt, int rank, const int64_t *dims, size_t *bytes)
+{
+    size_t n = gdn_dtype_size(dt);
+    for (int i = 0; i < rank; i++)
+        if (!mul_checked(&n, dims[i], what))
+            return 0;
+    *bytes = n;
+    return 1;
+}
+
+/* n random values (normal(mean, std), then through `map`) stored as dt. */
+enum { MAP_NONE, MAP_LOGSIGMOID, MAP_SIGMOID };
+static void *host_random(gdn_dtype dt, size_t n, double mean, double std, int map)
+{
+    float *x = f32_randn(n, mean, std);
+    for (size_t i = 0; i < n; i++) {
+        double z = x[i];
+        if (map == MAP_LOGSIGMOID)
+            x[i] = (float)(z < 0 ? z - log1p(exp(z)) : -log1p(exp(-z)));
+        else if (map == MAP_SIGMOID)
+            x[i] = (float)(1.0 / (1.0 + exp(-z)));
+    }
+    if (dt == GDN_DTYPE_F32)
+        return x;
+    uint16_t *h = xmalloc(n * sizeof(uint16_t));
+    if (dt == GDN_DTYPE_BF16)
+        gdn_f32_to_bf16(x, h, n);
+    else
+        gdn_f32_to_f16(x, h, n);
+    free(x);
+    return h;
+}
+
+typedef struct bench_tensor {
+    void *dev;
+    gdn_tensor t;
+} bench_tensor;
+
+/* A tensor on the backend: random (kind >= 0, a MAP_ value) or zero (kind < 0). */
+static int bench_alloc(const backend *bk, bench_tensor *bt, const char *what, gdn_dtype dt, int rank,
+                       const int64_t *dims, double mean, double std, int kind)
+{
+    size_t bytes;
+    if (!tensor_bytes(what, dt, rank, dims, &bytes))
+        return 0;
+    bt->dev = dev_alloc(bk, bytes);
+    if (kind >= 0) {
+        void *host = host_random(dt, bytes / gdn_dtype_size(dt), mean, std, kind);
+        dev_put(bk, bt->dev, host, bytes);
+        free(host);
+    }
+    bt->t = tensor(bt->dev, dt, bk->cuda ? GDN_DEVICE_CUDA : GDN_DEVICE_CPU, rank, dims);
+    return 1;
+}
+
+/* ts[0 .. 5] = q, k, v, o, g, beta for B sequences of T tokens (o zeroed, the others random). */
+static int bench_token_tensors(const backend *bk, const bench_opts *o, int64_t T, bench_tensor *ts)
+{
+    int64_t qk[4] = {o->B, T, o->H, o->K}, vo[4] = {o->B, T, o->HV, o->V}, gate[3] = {o->B, T, o->HV};
+    return bench_alloc(bk, &ts[0], "q", o->dtype, 4, qk, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[1], "k", o->dtype, 4, qk, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[2], "v", o->dtype, 4, vo, 0, 1, MAP_NONE) &&
+           bench_alloc(bk, &ts[3], "o", o->dtype, 4, vo, 0, 0, -1) &&
+           bench_alloc(bk, &ts[4], "g", GDN_DTYPE_F32, 3, gate, 0, 1, MAP_LOGSIGMOID) &&
+           bench_alloc(bk, &ts[5], "beta", o->dtype, 3, gate, 0, 1, MAP_SIGMOID);
+}
+
+typedef struct bench_timing {
+    double best, mean;
+} bench_timing;
+
+typedef gdn_status (*bench_call)(const void *args);
+static gdn_status call_chunk(const void *a) { return gdn_chunk_fwd((const gdn_chunk_fwd_args *)a); }
+static gdn_status call_recurrent(const void *a) { return gdn_recurrent_fwd((const gdn_recurrent_fwd_args *)a); }
+
+/* One warm-up call, then `reps` timed calls, each synchronised (wall clock). */
+static gdn_status bench_time(const backend *bk, bench_call fn, const void *args, int64_t reps, bench_timing *tm)
+{
+    gdn_status st = fn(args);
+    dev_sync(bk);
+    tm->best = INFINITY;
+    tm->mean = 0;
+    for (int64_t r = 0; r < reps && st == GDN_OK; r++) {
+        double t0 = now_s();
+        st = fn(args);
+        dev_sync(bk);
+        double dt = now_s() - t0;
+        tm->best = dt < tm->best ? dt : tm->best;
+        tm->mean += dt / (double)reps;
+    }
+    return st;
+}
+
+static const char *dtype_name(gdn_dtype dt)
+{
+    return dt == GDN_DTYPE_F32 ? "f32" : dt == GDN_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+static void bench_report(const char *op, const backend *bk, const bench_opts *o, int64_t T, const bench_timing *tm)
+{
+    printf("%-18s %-28s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld %s, %s %s state  best %10.3f ms  mean %10.3f ms"
+           "  %12.0f tok/s\n", op, bk->name, (long long)o->B, (long long)T, (long long)o->H, (long long)o->HV,
+           (long long)o->K, (long long)o->V, dtype_name(o->dtype), o->layout == GDN_STATE_KV ? "KV" : "VK",
+           dtype_name(o->state_dtype), 1e3 * tm->best, 1e3 * tm->mean, (double)(o->B * T) / tm->best);
+}
+
+/* Times the ops of `o` on `bk`; returns the exit code. */
+static int bench_run(const backend *bk, const bench_opts *o)
+{
+    enum { NT = 16 };
+    bench_tensor ts[NT];
+    memset(ts, 0, sizeof ts);
+    int ok = 1, rc = 0;
+    gdn_status st = GDN_OK;
+    int64_t sdims[4] = {o->B, o->HV, o->layout == GDN_STATE_KV ? o->K : o->V,
+                        o->layout == GDN_STATE_KV ? o->V : o->K};
+    if (o->chunk) {
+        int64_t T = o->T;
+        ok = bench_token_tensors(bk, o, T, ts) &&
+             bench_alloc(bk, &ts[6], "final_state", o->state_dtype, 4, sdims, 0, 0, -1);
+        if (ok) {
+            gdn_chunk_fwd_args c;
+            memset(&c, 0, sizeof c);
+            c.q = ts[0].t, c.k = ts[1].t, c.v = ts[2].t, c.o = ts[3].t;
+            c.gate.kind = GDN_GATE_GDN;
+            c.gate.g = ts[4].t, c.gate.beta = ts[5].t;
+            c.use_qk_l2norm = 1;
+            c.state_layout = o->layout;
+            c.final_state = ts[6].t;
+            st = gdn_chunk_fwd_workspace_size(&c, &c.workspace_bytes);
+            if (st == GDN_OK && c.workspace_bytes)
+                c.workspace = ts[7].dev = dev_alloc(bk, c.workspace_bytes);
+            bench_timing tm;
+            if (st == GDN_OK)
+                st = bench_time(bk, call_chunk, &c, o->reps, &tm);
+            if (st == GDN_OK)
+                bench_report("gdn_chunk_fwd", bk, o, T, &tm);
+        }
+    }
+    if (o->recurrent && ok && st == GDN_OK) {
+        int64_t T = o->decode_T;
+        ok = bench_token_tensors(bk, o, T, ts + 8) &&
+             bench_alloc(bk, &ts[14], "state", o->state_dtype, 4, sdims, 0, 0.1, MAP_NONE);
+        if (ok) {
+            gdn_recurrent_fwd_args r;
+            memset(&r, 0, sizeof r);
+            r.q = ts[8].t, r.k = ts[9].t, r.v = ts[10].t, r.o = ts[11].t;
+            r.gate.kind = GDN_GATE_GDN;
+            r.gate.g = ts[12].t, r.gate.beta = ts[13].t;
+            r.use_qk_l2norm = 1;
+            r.state_layout = o->layout;
+            r.state = ts[14].t;
+            r.final_state = ts[14].t; /* in place, as a decode step updates its states */
+            st = gdn_recurrent_fwd_workspace_size(&r, &r.workspace_bytes);
+            if (st == GDN_OK && r.workspace_bytes)
+                r.workspace = ts[15].dev = dev_alloc(bk, r.workspace_bytes);
+            bench_timing tm;
+            if (st == GDN_OK)
+                st = bench_time(bk, call_recurrent, &r, o->reps, &tm);
+            if (st == GDN_OK)
+                bench_report("gdn_recurrent_fwd", bk, o, T, &tm);
+        }
+    }
+    if (!ok)
+        rc = 2;
+    else if (st != GDN_OK) {
+        fprintf(stderr, "gdn bench: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+        rc = 1;
+    }
+    for (int i = 0; i < NT; i++)
+        if (ts[i].dev)
+            dev_free(bk, ts[i].dev);
+    return rc;
+}
+
 static int cmd_bench(int argc, char **argv)
 {
-    int64_t T = argc > 2 ? atoll(argv[2]) : 4096;
-    if (T < NSEQ) {
-        fprintf(stderr, "gdn bench: T must be >= %d\n", NSEQ);
+    bench_opts o = {.B = 4, .T = 1024, .decode_T = 1, .H = 16, .HV = 32, .K = 128, .V = 128, .reps = 0,
+                    .dtype = GDN_DTYPE_BF16, .state_dtype = GDN_DTYPE_F32, .layout = GDN_STATE_VK,
+                    .device = "auto", .chunk = 1, .recurrent = 1};
+    static const char *const dtypes[] = {"f32", "bf16", "f16"}, *const state_dtypes[] = {"f32", "bf16"};
+    static const char *const layouts[] = {"kv", "vk"}, *const devices[] = {"auto", "cpu", "cuda"};
+    static const char *const ops[] = {"both", "chunk", "recurrent"};
+    const int64_t DIM_MAX = INT32_MAX;
+    for (int i = 2; i < argc; i++) {
+        const char *opt = argv[i];
+        if (strncmp(opt, "--", 2) != 0) {
+            fprintf(stderr, "gdn bench: unexpected argument '%s' (options start with --; see gdn help)\n", opt);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "gdn bench: %s needs a value (see gdn help)\n", opt);
+            return 2;
+        }
+        const char *val = argv[++i];
+        int choice = 0, ok;
+        if (!strcmp(opt, "--batch"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.B);
+        else if (!strcmp(opt, "--tokens"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.T);
+        else if (!strcmp(opt, "--decode-tokens"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.decode_T);
+        else if (!strcmp(opt, "--heads"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.H);
+        else if (!strcmp(opt, "--value-heads"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.HV);
+        else if (!strcmp(opt, "--key-dim"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.K);
+        else if (!strcmp(opt, "--value-dim"))
+            ok = parse_int(opt, val, 1, DIM_MAX, &o.V);
+        else if (!strcmp(opt, "--reps"))
+            ok = parse_int(opt, val, 1, 1000000, &o.reps);
+        else if (!strcmp(opt, "--dtype")) {
+            ok = parse_choice(opt, val, dtypes, 3, &choice);
+            o.dtype = choice == 0 ? GDN_DTYPE_F32 : choice == 1 ? GDN_DTYPE_BF16 : GDN_DTYPE_F16;
+        } else if (!strcmp(opt, "--state-dtype")) {
+            ok = parse_choice(opt, val, state_dtypes, 2, &choice);
+            o.state_dtype = choice == 0 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+        } else if (!strcmp(opt, "--state-layout")) {
+            ok = parse_choice(opt, val, layouts, 2, &choice);
+            o.layout = choice == 0 ? GDN_STATE_KV : GDN_STATE_VK;
+        } else if (!strcmp(opt, "--device")) {
+            ok = parse_choice(opt, val, devices, 3, &choice);
+            o.device = devices[choice];
+        } else if (!strcmp(opt, "--op")) {
+            ok = parse_choice(opt, val, ops, 3, &choice);
+            o.chunk = choice != 2;
+            o.recurrent = choice != 1;
+        } else {
+            fprintf(stderr, "gdn bench: unknown option '%s' (see gdn help)\n", opt);
+            return 2;
+        }
+        if (!ok)
+            return 2;
+    }
+    if (o.HV % o.H != 0) {
+        fprintf(stderr, "gdn bench: --value-heads %lld must be a multiple of --heads %lld\n", (long long)o.HV,
+                (long long)o.H);
         return 2;
     }
-    int32_t lens[NSEQ];
-    for (int n = 0; n < NSEQ; n++)
-        lens[n] = (int32_t)(T / NSEQ + (n < T % NSEQ));
-    layer L;
-    layer_init(&L, lens);
-    backend bk = cpu_backend();
-    dev_bufs d = upload(&bk, &L);
-    gdn_chunk_fwd_args c = prefill_args(&L, &d, GDN_DEVICE_CPU);
-    double best = INFINITY;
-    gdn_status st = GDN_OK;
-    for (int rep = 0; rep < 3 && st == GDN_OK; rep++) {
-        double t0 = now_s();
-        st = gdn_chunk_fwd(&c);
-        double dt = now_s() - t0;
-        best = dt < best ? dt : best;
-    }
-    if (st != GDN_OK) {
-        fprintf(stderr, "gdn: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+    char why[256];
+    backend bk = pick_backend(why, sizeof why);
+    if (!strcmp(o.device, "cpu"))
+        bk = cpu_backend();
+    else if (!strcmp(o.device, "cuda") && !bk.cuda) {
+        fprintf(stderr, "gdn bench: --device cuda: %s\n", why);
         return 1;
-    }
-    printf("%-26s %-20s T=%-7lld %10.3f ms %12.0f tok/s\n", "gdn_chunk_fwd (best of 3)", bk.name, (long long)T,
-           1e3 * best, (double)T / best);
-    gdn_recurrent_fwd_args r = decode_args(&d, GDN_DEVICE_CPU);
-    put_decode_inputs(&bk, &d, &L, 0);
-    best = INFINITY;
-    for (int rep = 0; rep < 20 && st == GDN_OK; rep++) {
-        double t0 = now_s();
-        st = gdn_recurrent_fwd(&r);
-        double dt = now_s() - t0;
-        best = dt < best ? dt : best;
-    }
-    if (st != GDN_OK) {
-        fprintf(stderr, "gdn: %s (%s)\n", gdn_status_string(st), gdn_last_error());
-        return 1;
-    }
-    printf("%-26s %-20s N=%-7d %10.3f ms %12.0f tok/s\n", "gdn_recurrent_fwd (best/20)", bk.name, NSEQ, 1e3 * best,
-           NSEQ / best);
-    free_bufs(&bk, &d);
-    layer_free(&L);
-    return 0;
+    } else if (!bk.cuda)
+        printf("note: running on the CPU: %s\n", why);
+    if (o.reps == 0)
+        o.reps = bk.cuda ? 20 : 3;
+    return bench_run(&bk, &o);
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: gdn <command>\n"
-               "  demo          one Qwen3-Next GDN layer: chunked prefill + 8 decode steps, checked against float64\n"
-               "  bench [T]     CPU timing of gdn_chunk_fwd (T tokens, default 4096) and gdn_recurrent_fwd\n"
+    fprintf(f, "usage: gdn <command> [options]\n"
+               "  demo          one Qwen3-Next GDN layer: chunked prefill + 8 decode steps, checked against float64;\n"
+               "                on the GPU when the CUDA backend is built and a GPU is present, else on the CPU\n"
+               "  bench [options]\n"
+               "                time gdn_chunk_fwd (prefill of B sequences of T tokens) and gdn_recurrent_fwd\n"
+               "                (decode: the B states updated in place), precomputed gates, in-kernel q/k l2norm;\n"
+               "                one warm-up call, then the best and mean of --reps synchronised calls\n"
+               "    --batch B            sequences (default 4)\n"
+               "    --tokens T           prefill tokens per sequence (default 1024)\n"
+               "    --decode-tokens T    tokens per sequence in one recurrent call (default 1)\n"
+               "    --heads H            query / key heads (default 16)\n"
+               "    --value-heads HV     value heads, a multiple of H (default 32)\n"
+               "    --key-dim K          key head dim (default 128)\n"
+               "    --value-dim V        value head dim (default 128)\n"
+               "    --dtype D            q, k, v, beta, o: f32 | bf16 | f16 (default bf16)\n"
+               "    --state-dtype D      states: f32 | bf16 (default f32)\n"
+               "    --state-layout L     kv ([B, HV, K, V]) | vk ([B, HV, V, K]) (default vk)\n"
+               "    --device D           auto | cpu | cuda (default auto: the GPU when there is one)\n"
+               "    --op OP              both | chunk | recurrent (default both)\n"
+               "    --reps N             timed calls (default 20 on the GPU, 3 on the CPU)\n"
+               "                numbers are whole decimal numbers (no sign, exponent or suffix)\n"
                "  --version     print the library version\n"
                "  help          this text\n"
                "environment: GDN_NUM_THREADS sets the CPU backend's thread count\n");

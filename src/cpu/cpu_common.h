@@ -13,74 +13,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "convert.h"
 #include "problem.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scalar formats                                                                              */
-
-static inline uint32_t gdn_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float gdn_f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline float gdn_bf16_to_f32(uint16_t h) { return gdn_f32_from_bits((uint32_t)h << 16); }
-
-static inline uint16_t gdn_f32_to_bf16(float f)
-{
-    uint32_t u = gdn_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u); /* NaN stays NaN (quiet) */
-    u += 0x7fffu + ((u >> 16) & 1u);            /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float gdn_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0) {
-        float mag = ldexpf((float)man, -24); /* zero or subnormal: exact */
-        return sign ? -mag : mag;
-    }
-    if (exp == 31)
-        return gdn_f32_from_bits(sign | 0x7f800000u | (man << 13));
-    return gdn_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-static inline uint16_t gdn_f32_to_f16(float f)
-{
-    uint32_t u = gdn_f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    u &= 0x7fffffffu;
-    if (u >= 0x7f800000u)
-        return (uint16_t)(sign | 0x7c00u | (u > 0x7f800000u ? 0x0200u : 0u));
-    if (u >= 0x477ff000u) /* >= 65520 rounds to Inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (u < 0x38800000u) { /* below the smallest normal 2^-14: subnormal in units of 2^-24 */
-        if (u <= 0x33000000u) /* <= 2^-25: ties to even give 0 */
-            return sign;
-        uint32_t e = u >> 23, m = (u & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e; /* 14 .. 24 */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t h = (((u >> 23) - 112u) << 10) | ((u >> 13) & 0x3ffu);
-    uint32_t rem = u & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the correct rounding */
-    return (uint16_t)(sign | h);
-}
+/* Rounding double to bf16 / f16 (the f32 conversions themselves are in ../convert.h)          */
 
 /* d rounded to f32 with round-to-odd: rounding that again to any format at least two bits
  * narrower (bf16, f16) gives the correctly rounded result of d. */
@@ -102,8 +39,8 @@ static inline double gdn_ld(const void *base, gdn_dtype dt, int64_t i)
 {
     switch (dt) {
     case GDN_DTYPE_F32: return ((const float *)base)[i];
-    case GDN_DTYPE_BF16: return gdn_bf16_to_f32(((const uint16_t *)base)[i]);
-    case GDN_DTYPE_F16: return gdn_f16_to_f32(((const uint16_t *)base)[i]);
+    case GDN_DTYPE_BF16: return gdn_bf16_to_f32_one(((const uint16_t *)base)[i]);
+    case GDN_DTYPE_F16: return gdn_f16_to_f32_one(((const uint16_t *)base)[i]);
     case GDN_DTYPE_F64: return ((const double *)base)[i];
     case GDN_DTYPE_I32: return ((const int32_t *)base)[i];
     }
@@ -114,8 +51,8 @@ static inline void gdn_st(void *base, gdn_dtype dt, int64_t i, double x)
 {
     switch (dt) {
     case GDN_DTYPE_F32: ((float *)base)[i] = (float)x; break;
-    case GDN_DTYPE_BF16: ((uint16_t *)base)[i] = gdn_f32_to_bf16(gdn_f64_to_f32_odd(x)); break;
-    case GDN_DTYPE_F16: ((uint16_t *)base)[i] = gdn_f32_to_f16(gdn_f64_to_f32_odd(x)); break;
+    case GDN_DTYPE_BF16: ((uint16_t *)base)[i] = gdn_f32_to_bf16_one(gdn_f64_to_f32_odd(x)); break;
+    case GDN_DTYPE_F16: ((uint16_t *)base)[i] = gdn_f32_to_f16_one(gdn_f64_to_f32_odd(x)); break;
     case GDN_DTYPE_F64: ((double *)base)[i] = x; break;
     case GDN_DTYPE_I32: ((int32_t *)base)[i] = (int32_t)x; break;
     }
@@ -134,7 +71,7 @@ static inline void gdn_ld_vec(const void *base, gdn_dtype dt, int64_t off, int64
     case GDN_DTYPE_BF16: {
         const uint16_t *x = (const uint16_t *)base + off;
         for (int64_t i = 0; i < n; i++)
-            out[i] = gdn_bf16_to_f32(x[i * stride]);
+            out[i] = gdn_bf16_to_f32_one(x[i * stride]);
         break;
     }
     case GDN_DTYPE_F64: {
@@ -164,7 +101,7 @@ static inline void gdn_ld_vec_f32(const void *base, gdn_dtype dt, int64_t off, i
     case GDN_DTYPE_BF16: {
         const uint16_t *x = (const uint16_t *)base + off;
         for (int64_t i = 0; i < n; i++)
-            out[i] = gdn_bf16_to_f32(x[i * stride]);
+            out[i] = gdn_bf16_to_f32_one(x[i * stride]);
         break;
     }
     default:
@@ -210,7 +147,7 @@ static inline void gdn_st_vec_f32(void *base, gdn_dtype dt, int64_t off, int64_t
     case GDN_DTYPE_BF16: {
         uint16_t *x = (uint16_t *)base + off;
         for (int64_t i = 0; i < n; i++)
-            x[i * stride] = gdn_f32_to_bf16(in[i]);
+            x[i * stride] = gdn_f32_to_bf16_one(in[i]);
         break;
     }
     default:
