@@ -79,3 +79,21 @@ def pytest_pyfunc_call(pyfuncitem):
             pytest.skip(f"CUDA backend: {e}")
         raise
     return True
+
+
+@pytest.fixture
+def c_calls(monkeypatch):
+    """A Counter of the calls into the C library's forward entry points (gdn_chunk_fwd,
+    gdn_recurrent_fwd, gdn_gating) made during the test, by entry point name."""
+    import collections
+    counts = collections.Counter()
+    lib = _capi.lib()
+    for name in ("gdn_chunk_fwd", "gdn_recurrent_fwd", "gdn_gating"):
+        real = getattr(lib, name)
+
+        def counted(*args, _real=real, _name=name):
+            counts[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(lib, name, counted)
+    return counts
