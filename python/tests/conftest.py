@@ -81,6 +81,30 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+def import_fla_gdn():
+    """FLA's fla.ops.gated_delta_rule, or None where FLA does not import. With
+    GDN_FLA_FIRST_CONFIG=1 (short device leases) FLA's Triton autotuners keep only their first
+    config, so that no tuning compile storm runs; FLA's timings are then not its best."""
+    import importlib
+    if os.environ.get("GDN_FLA_FIRST_CONFIG") == "1" and "fla" not in sys.modules:
+        try:
+            import triton
+        except ImportError:
+            return None
+        if not getattr(triton.autotune, "gdn_first_config", False):
+            autotune = triton.autotune
+
+            def first_config(configs, *args, **kwargs):
+                return autotune(list(configs)[:1], *args, **kwargs)
+
+            first_config.gdn_first_config = True
+            triton.autotune = first_config
+    try:
+        return importlib.import_module("fla.ops.gated_delta_rule")
+    except Exception:  # noqa: BLE001 - any failure to import means: no FLA here
+        return None
+
+
 @pytest.fixture
 def c_calls(monkeypatch):
     """A Counter of the calls into the C library's forward entry points (gdn_chunk_fwd,
