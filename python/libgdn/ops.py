@@ -4,7 +4,8 @@ fused_recurrent_gated_delta_rule (decode, with vLLM's state-pool arguments) and 
 Every function takes torch tensors on the CPU (CPU backend) or on a CUDA device (CUDA backend, run on
 torch's current stream), passes strides through, allocates outputs and workspace with torch (so it
 works under CUDA graph capture and the caching allocator), never synchronises, and never reads
-device data on the host. Forward only: outputs carry no autograd history.
+device data on the host (see _index_args for host-resident index tensors). Forward only: no
+gradients flow through the outputs.
 Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's message; valid
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
 
@@ -206,24 +207,27 @@ def _mark_host(s):
 def _index_args(fn, size_fn, args, device, indices):
     """Put the index tensors `indices` ({struct field: int32 tensor or None}) into `args` for a
     call on `device`. The C library checks the values of index tensors that live on the host, but
-    a CUDA call takes device tensors only: host-resident indices of a CUDA call are therefore first
-    validated by the library on the host (the same query with every descriptor marked host-resident:
-    it reads no tensor data but the indices), then copied to the device. Device-resident indices are
-    never read on the host."""
-    host_checked = device.type == "cuda" and any(t is not None and t.device.type == "cpu" for t in indices.values())
-    for field, t in indices.items():
-        setattr(args, field, C.describe(t, field))
-    if host_checked:
+    a CUDA call takes device tensors only: a CUDA call given host-resident indices has them
+    validated by the library first, on the host (the same query on a copy of `args` with every
+    descriptor marked host-resident: it reads no tensor data but the indices), and only then copied
+    to the device. A call that mixes host and device indices brings the device ones to the host for
+    that check (a synchronisation, in that case only); device-resident indices alone are never read
+    on the host. Returns the tensors `args` now points to: keep them alive until the call returns."""
+    present = {field: t for field, t in indices.items() if t is not None}
+    if device.type == "cuda" and any(t.device.type == "cpu" for t in present.values()):
+        host = {field: t if t.device.type == "cpu" else t.cpu() for field, t in present.items()}
         shadow = type(args).from_buffer_copy(args)
         _mark_host(shadow)
+        for field, t in host.items():
+            setattr(shadow, field, C.describe(t, field))
         C.check(size_fn(ctypes.byref(shadow), ctypes.byref(ctypes.c_size_t(0))), fn)
     kept = []
-    for field, t in indices.items():
-        if t is not None and t.device != device:
+    for field, t in present.items():
+        if t.device != device:
             t = t.to(device)
-            setattr(args, field, C.describe(t, field))
+        setattr(args, field, C.describe(t, field))
         kept.append(t)
-    return kept  # the tensors args points to: the caller keeps them alive until the call returns
+    return kept
 
 
 def _as_int32(t):

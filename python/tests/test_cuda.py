@@ -138,6 +138,10 @@ def test_host_indices_checked_before_the_copy():
         step(torch.tensor([0, 1, 2]), cu_seqlens=torch.tensor([0, 2, 1, 3]))
     with pytest.raises(libgdn.GDNInvalidArgumentError, match=r"cu_seqlens\[2\] = 1 < cu_seqlens\[1\] = 2"):
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 2, 1, 3]))
+    # Host slots with device cu_seqlens: checked too (the device cu_seqlens read for the check).
+    with pytest.raises(libgdn.GDNInvalidArgumentError,
+                       match=r"state_indices\[1\]\[0\] = 7 is out of range for a pool of 6 slots"):
+        step(torch.tensor([0, 7, 1]), cu_seqlens=cu.cuda())
     torch.cuda.synchronize()
     assert torch.equal(pool, before)
     host_pool, device_pool = pool.clone(), pool.clone()
