@@ -503,7 +503,8 @@ def chunk_gated_delta_rule(
             States in the V-first `[V, K]` layout (K contiguous). Default: `False`.
         cu_seqlens (torch.LongTensor):
             Cumulative sequence lengths `[N + 1]` of `N` sequences packed in a batch of 1
-            (FlashAttention convention). Any integer dtype; cast to int32 on the op's device.
+            (FlashAttention convention). Any integer dtype, on the op's device or on the host (a
+            host tensor of a CUDA call is validated on the host, then copied to the device).
         use_gate_in_kernel (bool, keyword):
             `g` is the raw gate input; requires `A_log`. Default: `False`.
         A_log (Optional[torch.Tensor], keyword):
@@ -681,9 +682,11 @@ def fused_recurrent_gated_delta_rule(
             `[N]` or `[N, T_max]` slots of `initial_state` (any integer dtype). Sequence `n` starts
             from slot `ssm_state_indices[n, num_accepted_tokens[n] - 1]` (else `[n, 0]`). A negative
             start slot (vLLM's PAD_SLOT_ID) skips the sequence: nothing is read or written and its
-            outputs are zero.
+            outputs are zero. On the device, or on the host (validated there by the library, then
+            copied: a bad slot raises instead of being skipped).
         num_accepted_tokens (Optional[torch.Tensor], keyword):
-            `[N]` accepted draft tokens (speculative decoding); needs 2-D indices.
+            `[N]` accepted draft tokens (speculative decoding); needs 2-D indices. Device or host,
+            as `ssm_state_indices`.
         null_slot_zero (bool, keyword):
             Treat slot 0 as a null block too, as vLLM pads batches with block 0: sequences whose
             start slot is <= 0 are skipped, and per-step writes to slot 0 are dropped.

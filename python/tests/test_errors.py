@@ -173,3 +173,13 @@ def test_forward_only_warning():
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
     with torch.no_grad():
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+
+
+def test_chunk_unsupported_is_not_rerun(monkeypatch, c_calls):
+    """A chunk call the library declines raises GDNUnsupportedError; the package never reruns it on
+    the recurrent kernel (which inputs go to the recurrent kernel is decided before any call)."""
+    monkeypatch.setattr(_capi.lib(), "gdn_chunk_fwd", lambda args: _capi.GDN_ERR_UNSUPPORTED)
+    q, k, v, g, beta = inputs("cpu", torch.bfloat16)
+    with pytest.raises(libgdn.GDNUnsupportedError, match="chunk_gated_delta_rule"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert c_calls["gdn_recurrent_fwd"] == 0

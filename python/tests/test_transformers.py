@@ -112,6 +112,7 @@ def errors(logits, oracle):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_on_libgdn(name, monkeypatch, c_calls):
     path, config_name, lm_name, extra = MODELS[name]
+    fla = import_fla_gdn()  # before transformers imports it, so that GDN_FLA_FIRST_CONFIG applies
     try:
         modeling = importlib.import_module(path)
     except ImportError as e:
@@ -146,7 +147,6 @@ def test_model_on_libgdn(name, monkeypatch, c_calls):
 
     results = {}
     runs = [("torch bf16", torch_chunk, torch_recurrent)]
-    fla = import_fla_gdn()
     if fla is not None:
         runs.append(("FLA bf16", fla.chunk_gated_delta_rule, fla.fused_recurrent_gated_delta_rule))
     runs.append(("libgdn bf16", libgdn.chunk_gated_delta_rule, libgdn.fused_recurrent_gated_delta_rule))
