@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import libgdn  # noqa: E402
-from libgdn import _capi, ops  # noqa: E402
+from libgdn import _capi, _kernels  # noqa: E402
 
 
 def _devices():
@@ -42,7 +42,7 @@ def device(request):
 def poisoned_outputs(monkeypatch):
     """Outputs and states the package allocates start as NaN (ints as a sentinel), so that an
     element the library fails to write shows up in the error measure."""
-    real = ops._empty
+    real = _kernels._empty
 
     def poisoned(shape, dtype, device):
         t = real(shape, dtype, device)
@@ -52,7 +52,7 @@ def poisoned_outputs(monkeypatch):
             t.fill_(-7)
         return t
 
-    monkeypatch.setattr(ops, "_empty", poisoned)
+    monkeypatch.setattr(_kernels, "_empty", poisoned)
     yield
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import libgdn
 import libgdn.vllm as vllm_ops
-from libgdn import ops
+from libgdn import _kernels, ops
 from reference import make_inputs, recurrence, rel_err
 
 # Keywords transformers' model code passes beside the kernel's own (the decoder layer's **kwargs).
@@ -181,7 +181,7 @@ def test_host_indices_of_a_cuda_call_are_checked_on_the_host(gen):
     fn = "fused_recurrent_gated_delta_rule"
 
     def claimed_cuda_args():
-        args = ops._fwd_args(libgdn._capi.RecurrentFwdArgs, q, k, v, g, None, None, None, beta, 0, 0.0, 0.0, 0.0,
+        args = _kernels._fwd_args(libgdn._capi.RecurrentFwdArgs, q, k, v, g, None, None, None, beta, 0, 0.0, 0.0, 0.0,
                              False, False, 0.0, False, False)
         args.state = libgdn._capi.describe(pool, "initial_state")
         args.inplace_state = 1
@@ -194,21 +194,21 @@ def test_host_indices_of_a_cuda_call_are_checked_on_the_host(gen):
     with pytest.raises(libgdn.GDNInvalidArgumentError,
                        match=r"^fused_recurrent_gated_delta_rule: state_indices\[1\]\[0\] = 4 is out of range for a "
                              r"pool of 4 slots \[GDN_ERR_INVALID_ARGUMENT\]$"):
-        ops._index_args(fn, L.gdn_recurrent_fwd_workspace_size, claimed_cuda_args(), cuda,
+        _kernels._index_args(fn, L.gdn_recurrent_fwd_workspace_size, claimed_cuda_args(), cuda,
                         {"cu_seqlens": None, "state_indices": torch.tensor([0, 4], dtype=torch.int32),
                          "num_accepted_tokens": None})
     with pytest.raises(libgdn.GDNInvalidArgumentError, match=r"cu_seqlens\[2\] = 2 < cu_seqlens\[1\] = 3"):
-        args = ops._fwd_args(libgdn._capi.ChunkFwdArgs, q[:1], k[:1], v[:1], g[:1], None, None, None, beta[:1], 0,
+        args = _kernels._fwd_args(libgdn._capi.ChunkFwdArgs, q[:1], k[:1], v[:1], g[:1], None, None, None, beta[:1], 0,
                              0.0, 0.0, 0.0, False, False, 0.0, False, False)
         args.o = libgdn._capi.describe(torch.empty_like(v[:1]), "o")
         for t in (args.q, args.k, args.v, args.gate.g, args.gate.beta, args.o):
             t.device = libgdn._capi.GDN_DEVICE_CUDA
-        ops._index_args("chunk_gated_delta_rule", L.gdn_chunk_fwd_workspace_size, args, cuda,
+        _kernels._index_args("chunk_gated_delta_rule", L.gdn_chunk_fwd_workspace_size, args, cuda,
                         {"cu_seqlens": torch.tensor([0, 3, 2, 3], dtype=torch.int32)})
     # The struct passed in is left as described (only the shadow copy is marked host-resident).
     args = claimed_cuda_args()
     with pytest.raises(libgdn.GDNInvalidArgumentError):
-        ops._index_args(fn, L.gdn_recurrent_fwd_workspace_size, args, cuda,
+        _kernels._index_args(fn, L.gdn_recurrent_fwd_workspace_size, args, cuda,
                         {"state_indices": torch.tensor([5, 0], dtype=torch.int32)})
     assert args.q.device == libgdn._capi.GDN_DEVICE_CUDA and args.state.device == libgdn._capi.GDN_DEVICE_CUDA
 

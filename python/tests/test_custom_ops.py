@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import libgdn
-from libgdn import _custom_ops, ops
+from libgdn import _custom_ops, _kernels
 from reference import rel_err
 
 needs_custom_ops = pytest.mark.skipif(not _custom_ops.AVAILABLE, reason=f"torch.library.custom_op needs "
@@ -46,24 +46,24 @@ def op_cases(device):
     raw = (None, a, A_log, dt_bias, a.sigmoid(), 0, 0.0)
     name = "chunk_gated_delta_rule"
     return [
-        ("chunk", ops.chunk_fwd, (q, k, v, *gate, False, False, 0.0, True, None, False, h0, True, torch.float32,
+        ("chunk", _kernels.chunk_fwd, (q, k, v, *gate, False, False, 0.0, True, None, False, h0, True, torch.float32,
                                   name)),
-        ("chunk-varlen-host-cu", ops.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False, 0.3, False,
+        ("chunk-varlen-host-cu", _kernels.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False, 0.3, False,
                                                  cu_host, True, None, False, torch.bfloat16, name)),
-        ("chunk-varlen-no-state", ops.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False,
+        ("chunk-varlen-no-state", _kernels.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False,
                                                   0.0, True, cu_dev, False, None, False, torch.float32, name)),
-        ("recurrent-final", ops.recurrent_fwd, (q, k, v, *gate[:5], 0, 0.0, 0.0, 0.0, False, False, 0.0, True, None,
+        ("recurrent-final", _kernels.recurrent_fwd, (q, k, v, *gate[:5], 0, 0.0, 0.0, 0.0, False, False, 0.0, True, None,
                                                 False, h0, None, None, False, 1, torch.float32, name)),
-        ("recurrent-steps", ops.recurrent_fwd, (qd, kd, vd, *raw, 1.0, 20.0, True, False, 0.0, True, None, True,
+        ("recurrent-steps", _kernels.recurrent_fwd, (qd, kd, vd, *raw, 1.0, 20.0, True, False, 0.0, True, None, True,
                                                 pool, slots, None, False, 2, torch.float32, name)),
-        ("recurrent-none", ops.recurrent_fwd, (q, k, v, *gate, 0.0, 0.0, False, False, 0.0, False, None, False,
+        ("recurrent-none", _kernels.recurrent_fwd, (q, k, v, *gate, 0.0, 0.0, False, False, 0.0, False, None, False,
                                                None, None, None, False, 0, torch.float32, name)),
-        ("recurrent-pool-inplace", ops.recurrent_fwd_inplace, (qd, kd, vd, *raw, 1.0, 20.0, True, False, 0.0, True,
+        ("recurrent-pool-inplace", _kernels.recurrent_fwd_inplace, (qd, kd, vd, *raw, 1.0, 20.0, True, False, 0.0, True,
                                                                None, True, pool, slots, None, False, name)),
-        ("recurrent-states-inplace", ops.recurrent_fwd_inplace, (q, k, v, *gate, 0.0, 0.0, False, False, 0.0, False,
+        ("recurrent-states-inplace", _kernels.recurrent_fwd_inplace, (q, k, v, *gate, 0.0, 0.0, False, False, 0.0, False,
                                                                  None, False, h0.clone(), None, None, False, name)),
-        ("gating", ops.gating, (a, A_log, dt_bias, a.bfloat16(), torch.bfloat16, 1.0, 20.0, "fused_gdn_gating")),
-        ("gating-no-b", ops.gating, (a.view(B, HV), A_log, None, None, torch.float32, 0.0, 0.0, "fused_gdn_gate")),
+        ("gating", _kernels.gating, (a, A_log, dt_bias, a.bfloat16(), torch.bfloat16, 1.0, 20.0, "fused_gdn_gating")),
+        ("gating-no-b", _kernels.gating, (a.view(B, HV), A_log, None, None, torch.float32, 0.0, 0.0, "fused_gdn_gate")),
     ]
 
 
