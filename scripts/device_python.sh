@@ -43,14 +43,15 @@ python3 -c 'import fla; print("fla", getattr(fla, "__version__", "?"))' 2>/dev/n
 python3 -c 'import transformers; print("transformers", transformers.__version__)' 2>/dev/null ||
     echo "transformers not importable: the model test skips"
 
-# The suite proper first; then the FLA comparison (Triton compiles FLA's kernels on first use),
-# bounded by what is left of GDN_TIME_BUDGET seconds, verbose so a slow case shows by name.
+# The suite proper first; then transformers' models on libgdn (at most 300 s: FLA's kernels compile
+# there on first use); then the FLA comparison, bounded by what is left of GDN_TIME_BUDGET seconds,
+# verbose so a slow case shows by name.
 echo "== pytest python/tests (devices: cpu, cuda), the transformers and FLA comparisons apart"
 python3 -m pytest python/tests -q -rs --durations=8 -p no:cacheprovider --ignore=python/tests/test_fla_compare.py \
     --ignore=python/tests/test_transformers.py
 status=$?
 echo "== transformers' models on libgdn (test_transformers.py)"
-python3 -m pytest python/tests/test_transformers.py -v -s -rs -p no:cacheprovider
+timeout -s INT 300 python3 -m pytest python/tests/test_transformers.py -v -s -rs -p no:cacheprovider
 tf_status=$?
 left=$(( ${GDN_TIME_BUDGET:-200} - SECONDS ))
 fla_status=0
