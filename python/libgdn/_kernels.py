@@ -145,7 +145,6 @@ def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
               final_state_dtype: torch.dtype, caller: str) -> Tuple[Tensor, Tensor]:
     """gdn_chunk_fwd: (o, final state, or an empty tensor without output_final_state). Messages
     start with `caller`, the public function called."""
-    fn = caller
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
@@ -161,8 +160,8 @@ def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
     args.o = C.describe(o, "o")
     args.stream = C.stream_of(q)
     L = C.lib()
-    kept = _index_args(fn, L.gdn_chunk_fwd_workspace_size, args, dev, {"cu_seqlens": cu})
-    _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
+    kept = _index_args(caller, L.gdn_chunk_fwd_workspace_size, args, dev, {"cu_seqlens": cu})
+    _run(caller, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
     del kept
     return o, (final if final is not None else _no_states(q))
 
@@ -173,7 +172,6 @@ def _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, soft
     """gdn_recurrent_fwd. inplace: the pool `state` is written through ssm_state_indices, or
     (without indices) the final states overwrite `state`. states_out: 0 none, 1 the final states
     [N, ...], 2 the state after every token [B * T, ...]. Returns (o, those states or None)."""
-    fn = caller
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
@@ -196,10 +194,10 @@ def _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, soft
     args.o = C.describe(o, "o")
     args.stream = C.stream_of(q)
     L = C.lib()
-    kept = _index_args(fn, L.gdn_recurrent_fwd_workspace_size, args, dev,
+    kept = _index_args(caller, L.gdn_recurrent_fwd_workspace_size, args, dev,
                        {"cu_seqlens": cu, "state_indices": _as_int32(ssm_state_indices),
                         "num_accepted_tokens": _as_int32(num_accepted_tokens)})
-    _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
+    _run(caller, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
     del kept
     return o, out_states
 
