@@ -1,10 +1,12 @@
 """Kimi Delta Attention (per-key-channel decays) with FLA's signatures: chunk_kda and
-fused_recurrent_kda (`fla.ops.kda`), forward only, over the same libgdn ops as the GDN functions."""
+fused_recurrent_kda (`fla.ops.kda`), forward only, over the same libgdn ops as the GDN functions.
+The CPU backend runs them; no CUDA kernel takes KDA gates yet, so on CUDA tensors they raise
+GDNUnsupportedError (a NotImplementedError) saying so."""
 
 import torch
 
 from . import _capi as C
-from .ops import (_check_kwargs, _chunk_call, _f32, _forward_only, _log_decay, _need_4d, _recurrent_call,
+from .ops import (_check_beta, _check_qkv, _chunk_call, _f32, _forward_only, _log_decay, _options, _recurrent_call,
                   _state_v_first)
 
 
@@ -77,8 +79,9 @@ def chunk_kda(
             `dt_bias` `[HV * K]`.
         safe_gate (bool): requires `lower_bound` in `[-5, 0)` (libgdn accepts no other bound).
         lower_bound (Optional[float]): see `g`.
-        disable_recompute, cu_seqlens_cpu: accepted and ignored (forward only).
-        return_intermediate_states (bool): not supported (raises).
+        disable_recompute, cu_seqlens_cpu, chunk_size: accepted and ignored (forward only).
+        return_intermediate_states (bool), cp_context: not supported (raise unless `False` / `None`).
+        **kwargs: other keywords are ignored, with one warning per name per process.
 
     Returns:
         o (torch.Tensor): `[B, T, HV, V]`.
@@ -87,12 +90,9 @@ def chunk_kda(
     fn = "chunk_kda"
     state_v_first = _state_v_first(fn, state_v_first, kwargs)
     kwargs.pop("chunk_size", None)
-    _check_kwargs(fn, kwargs)
-    if cp_context is not None:
-        raise NotImplementedError(f"{fn}: context parallelism (cp_context) is not supported by libgdn")
-    if return_intermediate_states:
-        raise NotImplementedError(f"{fn}: return_intermediate_states is not supported by libgdn")
-    _need_4d(fn, q=q, k=k, v=v)
+    _options(fn, kwargs, cp_context=cp_context, return_intermediate_states=return_intermediate_states)
+    _check_qkv(fn, q, k, v)
+    _check_beta(fn, beta)
     _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
@@ -139,7 +139,8 @@ def fused_recurrent_kda(
         g (torch.Tensor): `[B, T, HV, K]` log decays (raw with `use_gate_in_kernel=True`).
         beta (torch.Tensor): `[B, T, HV]`.
         A_log, dt_bias, lower_bound, use_gate_in_kernel: as in `chunk_kda`.
-        Everything else: as in `fused_recurrent_gated_delta_rule`.
+        Everything else: as in `fused_recurrent_gated_delta_rule` (`out=` other than `None` raises;
+        other unknown keywords are ignored with one warning per name per process).
 
     Returns:
         o (torch.Tensor): `[B, T, HV, V]`.
@@ -147,8 +148,9 @@ def fused_recurrent_kda(
     """
     fn = "fused_recurrent_kda"
     state_v_first = _state_v_first(fn, state_v_first, kwargs)
-    _check_kwargs(fn, kwargs, ignored=("out",) if kwargs.get("out") is None else ())
-    _need_4d(fn, q=q, k=k, v=v)
+    _options(fn, kwargs)
+    _check_qkv(fn, q, k, v)
+    _check_beta(fn, beta)
     _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")

@@ -4,9 +4,17 @@ fused_recurrent_gated_delta_rule (decode, with vLLM's state-pool arguments) and 
 Every function takes torch tensors on the CPU (CPU backend) or on a CUDA device (CUDA backend, run on
 torch's current stream), passes strides through, allocates outputs and workspace with torch (so it
 works under CUDA graph capture and the caching allocator), never synchronises, and never reads
-device data on the host. Forward only: outputs carry no autograd history.
+device data on the host (see _kernels._index_args for host-resident index tensors). Forward only: no
+gradients flow through the outputs.
 Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's message; valid
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
+
+Keyword arguments: as FLA, unknown ones are accepted and ignored (one warning per function and name
+per process); options that would change the result and that libgdn does not implement raise.
+
+The functions resolve their arguments here (plain torch, traceable) and call the custom ops of
+_kernels.py (libgdn::chunk_fwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
+traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
 """
 
 import warnings
@@ -14,31 +22,90 @@ import warnings
 import torch
 
 from . import _capi as C
+from ._kernels import chunk_fwd, gating, recurrent_fwd, recurrent_fwd_inplace
 
 # ------------------------------------------------------------------------------------------------
-# Shared plumbing
+# Keyword arguments
+
+# Options of FLA, vLLM or transformers that change the result and that libgdn does not implement:
+# name -> (the value that is a no-op, why it raises otherwise).
+_RESULT_CHANGING = {
+    "head_first": (False, "head_first=True ([B, H, T, ...] inputs) is not supported (FLA removed it); "
+                          "pass [B, T, H, ...] tensors"),
+    "cp_context": (None, "context parallelism (cp_context) is not supported by libgdn"),
+    "gv": (None, "per-value-channel decays (gv) are not supported by libgdn"),
+    "gk": (None, "per-key-channel decays (gk) are not taken here; use chunk_kda / fused_recurrent_kda"),
+    "return_intermediate_states": (False, "return_intermediate_states is not supported by libgdn"),
+    "out": (None, "a caller-provided output buffer (out) is not supported by libgdn"),
+    "retrieve_parent_token": (None, "EAGLE tree verification (retrieve_parent_token) is not supported by libgdn"),
+}
+
+_warned = set()  # (function, key) pairs already warned about in this process
 
 
-def _run(fn_name, size_fn, run_fn, args, device, on_unsupported=None):
-    """Query the workspace (CUDA; the CPU backend takes none), allocate it with torch on `device`,
-    run. `args` is the filled struct. The query validates the arguments, so a GDN_ERR_UNSUPPORTED
-    from the run itself means the CUDA backend declined valid arguments: then on_unsupported(error)
-    runs instead, if given."""
-    buf = None
-    if device.type == "cuda":
-        nbytes = C.ctypes.c_size_t(0)
-        C.check(size_fn(C.ctypes.byref(args), C.ctypes.byref(nbytes)), fn_name)
-        buf, args.workspace = C.workspace(nbytes.value, device)
-        args.workspace_bytes = nbytes.value
-    status = run_fn(C.ctypes.byref(args))
-    del buf  # back to torch's allocator; on CUDA it stays reserved for this stream's queued work
-    if status == C.GDN_ERR_UNSUPPORTED and on_unsupported is not None and device.type == "cuda":
-        try:
-            C.check(status, fn_name)
-        except C.GDNUnsupportedError as e:
-            on_unsupported(e)
+def _warn_once(fn, key, message, stacklevel=4):
+    if (fn, key) in _warned:
         return
-    C.check(status, fn_name)
+    _warned.add((fn, key))
+    warnings.warn(message, stacklevel=stacklevel)
+
+
+def _is_noop(value, noop):
+    if noop is None:
+        return value is None
+    return not isinstance(value, torch.Tensor) and value == noop
+
+
+def _options(fn, kwargs, **named):
+    """FLA's keyword policy. `named` are result-changing options that are parameters of `fn`;
+    `kwargs` the rest of the call's keywords (after fn took those it implements). A result-changing
+    option other than its no-op value raises NotImplementedError; any other keyword is ignored,
+    with one warning per (function, name) per process."""
+    for name, value in list(named.items()) + sorted(kwargs.items()):
+        rule = _RESULT_CHANGING.get(name)
+        if rule is not None:
+            if not _is_noop(value, rule[0]):
+                raise NotImplementedError(f"{fn}: {rule[1]}")
+        elif name in kwargs:
+            _warn_once(fn, name, f"{fn}: ignoring the keyword argument {name!r}: libgdn does not use it "
+                                 f"(FLA ignores unknown keywords too)")
+
+
+def _state_v_first(fn, state_v_first, kwargs):
+    if "transpose_state_layout" in kwargs:
+        if state_v_first:
+            raise ValueError(f"{fn}: pass either state_v_first or the deprecated transpose_state_layout")
+        state_v_first = bool(kwargs.pop("transpose_state_layout"))
+    return state_v_first
+
+
+# ------------------------------------------------------------------------------------------------
+# Argument checks and conversions (plain torch, traceable)
+
+_DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64"}
+
+
+def _dtype_name(dtype):
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _check_qkv(fn, q, k, v):
+    """q, k, v are 4-D tensors of one dtype; a mismatch names both dtypes."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{fn}: {name} must be 4-D [B, T, heads, dim], got shape {tuple(t.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{fn}: {name} is {_dtype_name(t.dtype)} but q is {_dtype_name(q.dtype)}; "
+                             f"q, k and v must have one dtype")
+
+
+def _check_beta(fn, beta):
+    if isinstance(beta, torch.Tensor) and beta.dim() == 4:
+        raise NotImplementedError(f"{fn}: per-value-channel beta [B, T, HV, V] is not supported by libgdn; "
+                                  f"beta must be [B, T, HV]")
 
 
 def _forward_only(fn, *tensors):
@@ -46,21 +113,6 @@ def _forward_only(fn, *tensors):
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
         warnings.warn(f"{fn}: libgdn is forward-only; no gradients flow through its outputs "
                       f"(run under torch.no_grad() / torch.inference_mode() to silence this)", stacklevel=3)
-
-
-def _empty(shape, dtype, device):
-    """Every output and state buffer comes from here (tests swap in a poisoning allocator)."""
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _i32(t, device):
-    """Index tensors (cu_seqlens, slots, counts) as int32 on the op's device: FLA and vLLM pass
-    int64; the C API takes int32. A device-side cast, never a host read."""
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        t = torch.as_tensor(t)
-    return t.to(device=device, dtype=torch.int32)
 
 
 def _f32(t):
@@ -76,37 +128,6 @@ def _log_decay(g):
     return g if g.dtype in (torch.float32, torch.float64) else g.float()
 
 
-def _check_kwargs(fn_name, kwargs, ignored=()):
-    for key in ignored:
-        kwargs.pop(key, None)
-    if kwargs:
-        raise TypeError(f"{fn_name}: unexpected keyword arguments {sorted(kwargs)}")
-
-
-def _state_v_first(fn_name, state_v_first, kwargs):
-    if "transpose_state_layout" in kwargs:
-        if state_v_first:
-            raise ValueError(f"{fn_name}: pass either state_v_first or the deprecated transpose_state_layout")
-        state_v_first = bool(kwargs.pop("transpose_state_layout"))
-    return state_v_first
-
-
-def _layout(state_v_first):
-    return C.GDN_STATE_VK if state_v_first else C.GDN_STATE_KV
-
-
-def _state_shape(rows, HV, K, V, state_v_first):
-    return (rows, HV, V, K) if state_v_first else (rows, HV, K, V)
-
-
-def _need_4d(fn_name, **tensors):
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{fn_name}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{fn_name}: {name} must be 4-D [B, T, heads, dim], got shape {tuple(t.shape)}")
-
-
 def _state_dtype(q, requested):
     # The float64 oracle path keeps states in float64 too.
     if q.dtype == torch.float64 and q.device.type == "cpu":
@@ -114,50 +135,24 @@ def _state_dtype(q, requested):
     return requested
 
 
-def _fill_gate(gate, *, kind, g=None, a=None, A_log=None, dt_bias=None, beta=None,
-               beta_from_logits=False, allow_neg_eigval=False, softplus_beta=0.0,
-               softplus_threshold=0.0, lower_bound=0.0):
-    gate.kind = kind
-    gate.g = C.describe(g, "g")
-    gate.a = C.describe(a, "a")
-    gate.A_log = C.describe(A_log, "A_log")
-    gate.dt_bias = C.describe(dt_bias, "dt_bias")
-    gate.beta = C.describe(beta, "beta")
-    gate.beta_from_logits = int(bool(beta_from_logits))
-    gate.allow_neg_eigval = int(bool(allow_neg_eigval))
-    gate.softplus_beta = float(softplus_beta)
-    gate.softplus_threshold = float(softplus_threshold)
-    gate.lower_bound = float(lower_bound)
+def _index_tensor(t):
+    """An index argument (cu_seqlens, slots, counts) as a tensor; lists become host tensors."""
+    if t is None or isinstance(t, torch.Tensor):
+        return t
+    return torch.as_tensor(t)
 
 
-def _fwd_args(cls, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
-              use_qk_l2norm, cu, state_v_first):
-    """A ChunkFwdArgs or RecurrentFwdArgs with the inputs and options both take filled in (q, k, v,
-    the gate from gate = (g, a, A_log, dt_bias), scale, l2norm, cu_seqlens, layout); the caller
-    sets the states, o and the stream."""
-    args = cls()
-    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
-    g, a, A_log, dt_bias = gate
-    _fill_gate(args.gate, kind=kind, g=g, a=a, A_log=A_log, dt_bias=dt_bias, beta=beta,
-               beta_from_logits=beta_from_logits, allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound)
-    args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm))
-    args.cu_seqlens = C.describe(cu, "cu_seqlens")
-    args.state_layout = _layout(state_v_first)
-    return args
-
-
-def _gate_tensors(fn_name, g, A_log, dt_bias, use_gate_in_kernel):
+def _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel):
     """(g, a, A_log, dt_bias) for the gate struct: precomputed g (upcast to float32, as FLA does
     inside its kernels) or raw a with A_log / dt_bias."""
     if use_gate_in_kernel:
         if A_log is None:
-            raise ValueError(f"{fn_name}: A_log must be provided when use_gate_in_kernel=True")
+            raise ValueError(f"{fn}: A_log must be provided when use_gate_in_kernel=True")
         if g is None:
-            raise ValueError(f"{fn_name}: g (the raw gate input) must be provided when use_gate_in_kernel=True")
+            raise ValueError(f"{fn}: g (the raw gate input) must be provided when use_gate_in_kernel=True")
         return None, g, _f32(A_log).contiguous(), _f32(dt_bias)
     if g is None:
-        raise ValueError(f"{fn_name}: g (log decays) is required")
+        raise ValueError(f"{fn}: g (log decays) is required")
     return _log_decay(g), None, None, None
 
 
@@ -191,9 +186,9 @@ def chunk_gated_delta_rule(
 ):
     r"""
     Gated delta rule, chunked form (prefill). Same signature and results as FLA's
-    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only). Inputs the CUDA chunk kernel
-    does not take (float32, per-channel gates, unaligned strides) run through the recurrent kernel,
-    with a warning.
+    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only). Any strides. On CUDA,
+    float32 inputs and head dim K = 256, which the chunk kernel does not take, run on the recurrent
+    kernel (same results; one warning per process).
 
     Args:
         q (torch.Tensor):
@@ -228,7 +223,8 @@ def chunk_gated_delta_rule(
             States in the V-first `[V, K]` layout (K contiguous). Default: `False`.
         cu_seqlens (torch.LongTensor):
             Cumulative sequence lengths `[N + 1]` of `N` sequences packed in a batch of 1
-            (FlashAttention convention). Any integer dtype; cast to int32 on the op's device.
+            (FlashAttention convention). Any integer dtype, on the op's device or on the host (a
+            host tensor of a CUDA call is validated on the host, then copied to the device).
         use_gate_in_kernel (bool, keyword):
             `g` is the raw gate input; requires `A_log`. Default: `False`.
         A_log (Optional[torch.Tensor], keyword):
@@ -238,8 +234,13 @@ def chunk_gated_delta_rule(
         final_state_dtype (torch.dtype, keyword):
             dtype of the returned final state: `torch.float32` (FLA's choice, default) or
             `torch.bfloat16`. States are float64 on the CPU's float64 path.
-        cu_seqlens_cpu, chunk_indices:
+        cu_seqlens_cpu, chunk_indices, chunk_size:
             Accepted for FLA compatibility and ignored (nothing is precomputed here).
+        cp_context:
+            Context parallelism: not supported (raises unless `None`).
+        **kwargs:
+            Other keywords are ignored, as FLA does, with one warning per name per process;
+            `head_first=True` raises.
 
     Returns:
         o (torch.Tensor):
@@ -261,15 +262,12 @@ def chunk_gated_delta_rule(
     """
     fn = "chunk_gated_delta_rule"
     state_v_first = _state_v_first(fn, state_v_first, kwargs)
-    if kwargs.pop("head_first", False):
-        raise ValueError(f"{fn}: head_first was removed in FLA; pass [B, T, H, ...] tensors")
     chunk_size = kwargs.pop("chunk_size", 64)
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"{fn}: chunk_size must be 16, 32 or 64, got {chunk_size}")
-    _check_kwargs(fn, kwargs)
-    if cp_context is not None:
-        raise NotImplementedError(f"{fn}: context parallelism (cp_context) is not supported by libgdn")
-    _need_4d(fn, q=q, k=k, v=v)
+    _options(fn, kwargs, cp_context=cp_context)
+    _check_qkv(fn, q, k, v)
+    _check_beta(fn, beta)
     _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
@@ -283,54 +281,51 @@ def chunk_gated_delta_rule(
 chunk_gdn = chunk_gated_delta_rule
 
 
+def _recurrent_instead(fn, q, kind):
+    """Whether a chunked forward runs on the recurrent kernel, decided from dtype and shape before
+    any call: the CUDA chunk kernel takes 16-bit inputs with K = 64 or 128, so on CUDA float32
+    inputs and K = 256 go to the recurrent kernel (the same recurrence token by token: same
+    results, slower on long prompts), with one warning per process. KDA gates are supported on no
+    CUDA kernel yet: they stay on the chunk op, whose error says so."""
+    if q.device.type != "cuda" or kind != C.GDN_GATE_GDN:
+        return False
+    if q.dtype == torch.float32:
+        why = "float32 inputs"
+    elif q.shape[3] == 256:
+        why = "head dim K = 256"
+    else:
+        return False
+    _warn_once(fn, "recurrent for " + why, f"{fn}: the CUDA chunk kernel takes bf16 / f16 inputs with K = 64 or "
+                                          f"128; {why} run on the recurrent kernel (same results, slower for long "
+                                          f"prompts)", stacklevel=5)
+    return True
+
+
 def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
                 initial_state, output_final_state, use_qk_l2norm, state_v_first, cu_seqlens, final_state_dtype):
     """The chunked forward once the gate is resolved: gate = (g, a, A_log, dt_bias)."""
     if final_state_dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"{fn}: final_state_dtype must be torch.float32 or torch.bfloat16, got {final_state_dtype}")
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    dev = q.device
-    cu = _i32(cu_seqlens, dev)
-    N = cu.shape[0] - 1 if cu is not None else B
-
+    if not isinstance(beta, torch.Tensor):
+        raise TypeError(f"{fn}: beta must be a torch.Tensor, got {type(beta).__name__}")
     state_dtype = _state_dtype(q, final_state_dtype)
     h0 = initial_state
-    final = None
     if output_final_state:
-        final = _empty(_state_shape(N, HV, K, V, state_v_first), state_dtype, dev)
         if h0 is not None and h0.dtype != state_dtype:
             h0 = h0.to(state_dtype)
     elif h0 is not None and h0.dtype not in (torch.float32, torch.bfloat16, state_dtype):
         h0 = h0.to(state_dtype)
-    o = _empty(v.shape, v.dtype, v.device)
-
-    args = _fwd_args(C.ChunkFwdArgs, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval,
-                     scale, use_qk_l2norm, cu, state_v_first)
-    args.initial_state = C.describe(h0, "initial_state")
-    args.final_state = C.describe(final, "final_state")
-    args.o = C.describe(o, "o")
-    args.stream = C.stream_of(q)
-    L = C.lib()
-
-    def recurrent_instead(e):
-        # The CUDA chunk kernel declined these inputs (f32, KDA, odd strides): the recurrent
-        # kernel computes the same recurrence, token by token.
-        warnings.warn(f"{e}; running the recurrent kernel instead", stacklevel=5)
-        _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, _as_recurrent(args), dev)
-
-    _run(fn, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev, on_unsupported=recurrent_instead)
-    return o, final
-
-
-def _as_recurrent(c):
-    """Recurrent-forward arguments computing what chunk-forward arguments c describe."""
-    r = C.RecurrentFwdArgs()
-    for name, _ in C.FWD_INPUT_FIELDS:
-        setattr(r, name, getattr(c, name))
-    r.state, r.final_state = c.initial_state, c.final_state
-    r.o, r.stream = c.o, c.stream
-    return r
+    cu = _index_tensor(cu_seqlens)
+    if _recurrent_instead(fn, q, kind):
+        o, final = _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, 0.0, 0.0, beta, beta_from_logits,
+                                       allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first, h0, None, None,
+                                       False, False, 1 if output_final_state else 0, state_dtype)
+        return o, final
+    g, a, A_log, dt_bias = gate
+    o, final = chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, int(kind), float(lower_bound), bool(beta_from_logits),
+                         bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu,
+                         bool(state_v_first), h0, bool(output_final_state), state_dtype, fn)
+    return o, (final if output_final_state else None)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -381,9 +376,9 @@ def fused_recurrent_gated_delta_rule(
         gk (torch.Tensor):
             per-key-channel log decays `[B, T, HV, K]` (KDA). Added to `g` when both are given.
         gv (torch.Tensor):
-            per-value-channel decays: not supported (raises).
+            per-value-channel decays: not supported (raises unless `None`).
         beta (torch.Tensor):
-            betas `[B, T, HV]`. Default: ones.
+            betas `[B, T, HV]`. Default: ones. (FLA's per-channel `[B, T, HV, V]` raises.)
         scale (Optional[float]):
             Default: `1 / sqrt(K)`.
         initial_state (Optional[torch.Tensor]):
@@ -407,15 +402,19 @@ def fused_recurrent_gated_delta_rule(
             `[N]` or `[N, T_max]` slots of `initial_state` (any integer dtype). Sequence `n` starts
             from slot `ssm_state_indices[n, num_accepted_tokens[n] - 1]` (else `[n, 0]`). A negative
             start slot (vLLM's PAD_SLOT_ID) skips the sequence: nothing is read or written and its
-            outputs are zero.
+            outputs are zero. On the device, or on the host (validated there by the library, then
+            copied: a bad slot raises instead of being skipped).
         num_accepted_tokens (Optional[torch.Tensor], keyword):
-            `[N]` accepted draft tokens (speculative decoding); needs 2-D indices.
+            `[N]` accepted draft tokens (speculative decoding); needs 2-D indices. Device or host,
+            as `ssm_state_indices`.
         null_slot_zero (bool, keyword):
             Treat slot 0 as a null block too, as vLLM pads batches with block 0: sequences whose
             start slot is <= 0 are skipped, and per-step writes to slot 0 are dropped.
         final_state_dtype (torch.dtype, keyword):
             dtype of the returned final state with `output_final_state=True`: float32 (FLA's
             choice, default) or bfloat16.
+        **kwargs:
+            Other keywords are ignored, as FLA does, with one warning per name per process.
 
     Returns:
         o (torch.Tensor):
@@ -434,11 +433,10 @@ def fused_recurrent_gated_delta_rule(
     """
     fn = "fused_recurrent_gated_delta_rule"
     state_v_first = _state_v_first(fn, state_v_first, kwargs)
-    _check_kwargs(fn, kwargs)
-    _need_4d(fn, q=q, k=k, v=v)
+    _options(fn, kwargs, gv=gv)
+    _check_qkv(fn, q, k, v)
+    _check_beta(fn, beta)
     _forward_only(fn, q, k, v, g, gk, beta, initial_state, A_log, dt_bias)
-    if gv is not None:
-        raise NotImplementedError(f"{fn}: per-value-channel decays (gv) are not supported by libgdn")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
 
@@ -467,22 +465,17 @@ fused_recurrent_gdn = fused_recurrent_gated_delta_rule
 def _recurrent_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval, scale,
                     initial_state, output_final_state, use_qk_l2norm, state_v_first, cu_seqlens,
                     inplace_final_state, ssm_state_indices, num_accepted_tokens, null_slot_zero, final_state_dtype):
-    """The recurrent forward once the gate is resolved: gate = (g, a, A_log, dt_bias)."""
+    """The recurrent forward once the gate is resolved (gate = (g, a, A_log, dt_bias)), with FLA's
+    and vLLM's state semantics."""
     if final_state_dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"{fn}: final_state_dtype must be torch.float32 or torch.bfloat16, got {final_state_dtype}")
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    dev = q.device
-    cu = _i32(cu_seqlens, dev)
-    N = cu.shape[0] - 1 if cu is not None else B
+    B, T = q.shape[0], q.shape[1]
     if beta is None:
-        beta = torch.ones(B, T, HV, dtype=torch.float32, device=dev)
-    elif beta.dim() == 4:
-        raise NotImplementedError(f"{fn}: per-value-channel beta [B, T, HV, V] is not supported by libgdn")
+        beta = torch.ones(B, T, v.shape[2], dtype=torch.float32, device=q.device)
 
-    pooled = ssm_state_indices is not None
-    idx = _i32(ssm_state_indices, dev)
-    acc = _i32(num_accepted_tokens, dev)
+    idx = _index_tensor(ssm_state_indices)
+    acc = _index_tensor(num_accepted_tokens)
+    pooled = idx is not None
     if acc is not None and not pooled:
         raise ValueError(f"{fn}: num_accepted_tokens needs ssm_state_indices")
     if null_slot_zero and not pooled:
@@ -498,83 +491,54 @@ def _recurrent_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits
         raise ValueError(f"{fn}: inplace_final_state={inplace_final_state} needs initial_state")
 
     state = initial_state
-    final = None
-    step_states = None
-    inplace = 0
-    ret_state = None
-    if inplace_final_state is True:
-        ret_state = initial_state
-        if pooled:
-            inplace = 1
-        else:
-            final = initial_state  # exact alias: the final state overwrites the initial one
-    elif inplace_final_state is False:
-        step_states = _empty(_state_shape(B * T, HV, K, V, state_v_first), initial_state.dtype, dev)
-        ret_state = step_states
-    elif output_final_state:
-        state_dtype = _state_dtype(q, final_state_dtype)
-        final = _empty(_state_shape(N, HV, K, V, state_v_first), state_dtype, dev)
-        if state is not None and state.dtype != state_dtype:
-            state = state.to(state_dtype)
-        ret_state = final
-    elif state is not None and state.dtype not in (torch.float32, torch.bfloat16, _state_dtype(q, torch.float32)):
+    states_out, states_dtype = 0, torch.float32
+    if inplace_final_state is False:
+        states_out, states_dtype = 2, initial_state.dtype
+    elif inplace_final_state is None and output_final_state:
+        states_out, states_dtype = 1, _state_dtype(q, final_state_dtype)
+        if state is not None and state.dtype != states_dtype:
+            state = state.to(states_dtype)
+    elif inplace_final_state is None and state is not None and \
+            state.dtype not in (torch.float32, torch.bfloat16, _state_dtype(q, torch.float32)):
         state = state.to(torch.float32)
-    o = _empty(v.shape, v.dtype, v.device)
+    o, states = _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, 0.0, 0.0, beta, beta_from_logits,
+                                    allow_neg_eigval, scale, use_qk_l2norm, _index_tensor(cu_seqlens), state_v_first,
+                                    state, idx, acc, null_slot_zero, inplace_final_state is True, states_out,
+                                    states_dtype)
+    return o, (initial_state if inplace_final_state is True else states)
 
-    args = _fwd_args(C.RecurrentFwdArgs, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, allow_neg_eigval,
-                     scale, use_qk_l2norm, cu, state_v_first)
-    args.state = C.describe(state, "initial_state")
-    args.state_indices = C.describe(idx, "ssm_state_indices")
-    args.num_accepted_tokens = C.describe(acc, "num_accepted_tokens")
-    args.inplace_state = inplace
-    args.null_slot_zero = int(bool(null_slot_zero))
-    args.final_state = C.describe(final, "final_state")
-    args.step_states = C.describe(step_states, "step_states")
-    args.o = C.describe(o, "o")
-    args.stream = C.stream_of(q)
-    L = C.lib()
-    _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
-    return o, ret_state
+
+def _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, softplus_beta, softplus_threshold, beta,
+                        beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens, state_v_first, state,
+                        ssm_state_indices, num_accepted_tokens, null_slot_zero, inplace, states_out, states_dtype):
+    """The recurrent custom op for the request: in place (the pool through its indices, or the
+    states overwritten) or not, with states_out (0 none, 1 final [N], 2 per token [B * T]) in
+    states_dtype. Returns (o, those states or None)."""
+    g, a, A_log, dt_bias = gate
+    common = (q, k, v, g, a, A_log, dt_bias, beta, int(kind), float(lower_bound), float(softplus_beta),
+              float(softplus_threshold), bool(beta_from_logits), bool(allow_neg_eigval),
+              0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu_seqlens, bool(state_v_first), state,
+              ssm_state_indices, num_accepted_tokens, bool(null_slot_zero))
+    if inplace:
+        return recurrent_fwd_inplace(*common, fn), None
+    o, states = recurrent_fwd(*common, int(states_out), states_dtype, fn)
+    return o, (states if states_out else None)
 
 
 # ------------------------------------------------------------------------------------------------
 # Gating
 
 
-def _as_bth(t):
-    """A [..., HV] tensor as a 3-D [B, T, HV] one for the C API: views where possible."""
-    if t.dim() == 3:
-        return t
-    if t.dim() == 2:
-        return t.unsqueeze(0)
-    if t.dim() == 1:
-        return t.view(1, 1, -1)
-    return t.reshape(1, -1, t.shape[-1])
-
-
-def _gating(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold):
+def _gating_call(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold):
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"{fn}: a must be a torch.Tensor")
-    a3 = _as_bth(a)
-    g = _empty(a3.shape, torch.float32, a.device)
-    b3 = _as_bth(b) if b is not None else None
-    beta = _empty(b3.shape, beta_dtype, b.device) if b is not None else None
-    args = C.GatingArgs()
-    args.kind = C.GDN_GATE_GDN
-    args.a = C.describe(a3, "a")
-    args.A_log = C.describe(_f32(A_log).contiguous() if A_log is not None else None, "A_log")
-    args.dt_bias = C.describe(_f32(dt_bias), "dt_bias")
-    args.softplus_beta = float(softplus_beta)
-    args.softplus_threshold = float(softplus_threshold)
-    args.g_out = C.describe(g, "g_out")
-    args.b = C.describe(b3, "b")
-    args.beta_out = C.describe(beta, "beta_out")
-    args.stream = C.stream_of(a)
-    C.check(C.lib().gdn_gating(C.ctypes.byref(args)), fn)
-    return g, beta
+    g, beta = gating(a, _f32(A_log).contiguous() if A_log is not None else None, _f32(dt_bias), b,
+                     beta_dtype if beta_dtype is not None else torch.float32, float(softplus_beta),
+                     float(softplus_threshold), fn)
+    return g, (beta if b is not None else None)
 
 
-def fused_gdn_gate(g, A_log, dt_bias=None, output_dtype=torch.float32):
+def fused_gdn_gate(g, A_log, dt_bias=None, output_dtype=torch.float32, **kwargs):
     r"""
     GDN gate, as FLA's `fla.ops.gated_delta_rule.gate.fused_gdn_gate` (forward only):
     `g = -exp(A_log) * softplus(g + dt_bias)`.
@@ -588,16 +552,19 @@ def fused_gdn_gate(g, A_log, dt_bias=None, output_dtype=torch.float32):
             `[HV]` bias added before the softplus.
         output_dtype (torch.dtype):
             dtype of the result. Default: `torch.float32` (computed in float32 in every case).
+        **kwargs:
+            Ignored, with one warning per name per process.
 
     Returns:
         Log decays of the shape of `g`.
     """
-    out, _ = _gating("fused_gdn_gate", g, A_log, dt_bias, None, None, 0.0, 0.0)
+    _options("fused_gdn_gate", kwargs)
+    out, _ = _gating_call("fused_gdn_gate", g, A_log, dt_bias, None, None, 0.0, 0.0)
     out = out.view(g.shape)
     return out if output_dtype == torch.float32 else out.to(output_dtype)
 
 
-def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
+def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0, **kwargs):
     r"""
     Gate and write strength in one pass, as vLLM's / SGLang's `fused_gdn_gating`:
     `g = -exp(A_log) * softplus(a + dt_bias)` with softplus `log(1 + exp(beta * x)) / beta`
@@ -610,11 +577,14 @@ def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
         dt_bias (torch.Tensor): `[HV]`.
         beta (float): softplus beta. Default: 1.
         threshold (float): softplus threshold. Default: 20.
+        **kwargs: ignored, with one warning per name per process.
 
     Returns:
         g (torch.Tensor): `[1, num_tokens, HV]` (or `[B, T, HV]`) float32.
         beta_output (torch.Tensor): same shape, dtype of `b`.
     """
+    fn = "fused_gdn_gating"
+    _options(fn, kwargs)
     if not isinstance(b, torch.Tensor):
-        raise TypeError("fused_gdn_gating: b must be a torch.Tensor")
-    return _gating("fused_gdn_gating", a, A_log, dt_bias, b, b.dtype, beta, threshold)
+        raise TypeError(f"{fn}: b must be a torch.Tensor")
+    return _gating_call(fn, a, A_log, dt_bias, b, b.dtype, beta, threshold)

@@ -9,7 +9,7 @@ import torch
 
 from . import _capi as C
 from . import ops as _ops
-from .ops import _f32, _i32, _need_4d, _run
+from .ops import _f32
 
 
 def _tokens_view(t, B, T, tail, name, fn):
@@ -23,57 +23,32 @@ def _tokens_view(t, B, T, tail, name, fn):
 
 
 def _decode_update(fn, *, A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b, pool, indices,
-                  scale, use_qk_l2norm_in_kernel, cu_seqlens, is_kda, state_layout, inplace,
-                  num_accepted_tokens=None, step_states_dtype=None):
-    """Shared body of the fused sigmoid-gating decode calls. Returns (o, step_states or None)."""
-    _need_4d(fn, q=q, k=k, v=v)
+                   scale, use_qk_l2norm_in_kernel, cu_seqlens, is_kda, state_v_first, inplace,
+                   num_accepted_tokens=None, step_states_dtype=None):
+    """Shared body of the fused sigmoid-gating decode calls: the pool (or None: zero states) is
+    read through `indices`, written back in place if `inplace`, and with step_states_dtype the
+    state after every token is returned. Returns (o, step states or None)."""
+    _ops._check_qkv(fn, q, k, v)
     _ops._forward_only(fn, q, k, v, a, b, A_log, dt_bias)
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    dev = q.device
+    B, T = q.shape[0], q.shape[1]
+    HV, K = v.shape[2], q.shape[3]
     kind = C.GDN_GATE_KDA if is_kda else C.GDN_GATE_GDN
     a4 = _tokens_view(a, B, T, (HV, K) if is_kda else (HV,), "a", fn)
     b3 = _tokens_view(b, B, T, (HV,), "b", fn)
     if is_kda and dt_bias is not None:
         dt_bias = dt_bias.view(HV, K)
-    cu = _i32(cu_seqlens, dev)
-    idx = _i32(indices, dev) if pool is not None else None
-    acc = _i32(num_accepted_tokens, dev)
+    idx = _ops._index_tensor(indices) if pool is not None else None
+    acc = _ops._index_tensor(num_accepted_tokens)
     if acc is not None and idx is None:
         raise ValueError(f"{fn}: num_accepted_tokens needs the state pool and its indices")
     if pool is not None and idx is None:
         raise ValueError(f"{fn}: the state pool is given without its slot indices")
-    step_states = None
-    if step_states_dtype is not None:
-        shape = (B * T, HV, V, K) if state_layout == C.GDN_STATE_VK else (B * T, HV, K, V)
-        step_states = _ops._empty(shape, step_states_dtype, dev)
-    o = _ops._empty(v.shape, v.dtype, v.device)
-
-    args = C.RecurrentFwdArgs()
-    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
-    gate = args.gate
-    gate.kind = kind
-    gate.a = C.describe(a4, "a")
-    gate.A_log = C.describe(_f32(A_log).contiguous(), "A_log")
-    gate.dt_bias = C.describe(_f32(dt_bias), "dt_bias")
-    gate.softplus_beta = float(softplus_beta)
-    gate.softplus_threshold = float(softplus_threshold)
-    gate.beta = C.describe(b3, "b")
-    gate.beta_from_logits = 1
-    args.scale = 0.0 if scale is None else float(scale)
-    args.use_qk_l2norm = int(bool(use_qk_l2norm_in_kernel))
-    args.cu_seqlens = C.describe(cu, "cu_seqlens")
-    args.state_layout = state_layout
-    args.state = C.describe(pool, "initial_state_source")
-    args.state_indices = C.describe(idx, "initial_state_indices")
-    args.num_accepted_tokens = C.describe(acc, "num_accepted_tokens")
-    args.inplace_state = int(bool(inplace and pool is not None))
-    args.step_states = C.describe(step_states, "step_states")
-    args.o = C.describe(o, "o")
-    args.stream = C.stream_of(q)
-    L = C.lib()
-    _run(fn, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
-    return o, step_states
+    gate = (None, a4, _f32(A_log).contiguous(), _f32(dt_bias))
+    return _ops._recurrent_dispatch(
+        fn, q, k, v, kind, gate, 0.0, softplus_beta, softplus_threshold, b3, True, False, scale,
+        use_qk_l2norm_in_kernel, _ops._index_tensor(cu_seqlens), state_v_first, pool, idx, acc, False,
+        bool(inplace and pool is not None), 2 if step_states_dtype is not None else 0,
+        step_states_dtype if step_states_dtype is not None else torch.float32)
 
 
 def fused_sigmoid_gating_delta_rule_update(
@@ -97,6 +72,7 @@ def fused_sigmoid_gating_delta_rule_update(
     intermediate_state_indices=None,
     cache_steps=None,
     retrieve_parent_token=None,
+    **kwargs,
 ):
     r"""
     Gating, beta and the delta-rule update fused in one decode call (SGLang's signature):
@@ -127,11 +103,13 @@ def fused_sigmoid_gating_delta_rule_update(
         intermediate_states_buffer, intermediate_state_indices, cache_steps, retrieve_parent_token:
             SGLang's target-verify extras: not supported (must be None); use
             `fused_recurrent_gated_delta_rule` with 2-D `ssm_state_indices` for per-step states.
+        **kwargs: other keywords are ignored, with one warning per name per process.
 
     Returns:
         o (torch.Tensor): `[B, T, HV, V]`, dtype of `v`.
     """
     fn = "fused_sigmoid_gating_delta_rule_update"
+    _ops._options(fn, kwargs)
     if intermediate_states_buffer is not None or retrieve_parent_token is not None:
         raise NotImplementedError(f"{fn}: intermediate_states_buffer / retrieve_parent_token (target verify) are "
                                   f"not supported; use fused_recurrent_gated_delta_rule with 2-D ssm_state_indices")
@@ -139,5 +117,5 @@ def fused_sigmoid_gating_delta_rule_update(
         fn, A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold,
         q=q, k=k, v=v, b=b, pool=initial_state_source, indices=initial_state_indices, scale=scale,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens, is_kda=is_kda,
-        state_layout=C.GDN_STATE_VK, inplace=not disable_state_update)
+        state_v_first=True, inplace=not disable_state_update)
     return o

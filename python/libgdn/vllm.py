@@ -6,8 +6,7 @@ over libgdn: a drop-in for `from vllm.model_executor.layers.fla.ops import ...`.
 
 import torch
 
-from . import _capi as C
-from .ops import fused_gdn_gating, fused_recurrent_gated_delta_rule as _fused_recurrent
+from .ops import _options, fused_gdn_gating, fused_recurrent_gated_delta_rule as _fused_recurrent
 from .serving import _decode_update
 
 __all__ = ["fused_recurrent_gated_delta_rule", "fused_sigmoid_gating_delta_rule_update", "fused_gdn_gating"]
@@ -30,6 +29,7 @@ def fused_recurrent_gated_delta_rule(
     *,
     state_v_first=False,
     null_slot_zero=False,
+    **kwargs,
 ):
     r"""
     vLLM's `fused_recurrent_gated_delta_rule` (positional order and defaults as vLLM's).
@@ -55,14 +55,13 @@ def fused_recurrent_gated_delta_rule(
         use_qk_l2norm_in_kernel (bool).
         state_v_first (bool, keyword): pool layout `[.., V, K]`. Default `False` (vLLM's kernel).
         null_slot_zero (bool, keyword): slot 0 is a null block too.
+        **kwargs: other keywords are ignored, with one warning per name per process.
 
     Returns:
         o (torch.Tensor): `[B, T, HV, V]`.
         final_state (torch.Tensor): `initial_state` (updated in place) or the per-token states.
     """
-    if retrieve_parent_token is not None:
-        raise NotImplementedError("fused_recurrent_gated_delta_rule: retrieve_parent_token (EAGLE tree) "
-                                  "is not supported by libgdn")
+    _options("fused_recurrent_gated_delta_rule", kwargs, retrieve_parent_token=retrieve_parent_token)
     if scale is not None and not scale > 0:
         raise ValueError(f"fused_recurrent_gated_delta_rule: scale must be positive, got {scale}")
     return _fused_recurrent(
@@ -90,6 +89,7 @@ def fused_sigmoid_gating_delta_rule_update(
     num_accepted_tokens=None,
     use_qk_l2norm_in_kernel=False,
     is_kda=False,
+    **kwargs,
 ):
     r"""
     vLLM's `fused_sigmoid_gating_delta_rule_update` (current signature): gating, `sigmoid(b)` and
@@ -109,12 +109,14 @@ def fused_sigmoid_gating_delta_rule_update(
         inplace_final_state (bool): write states into the pool (see
             `fused_recurrent_gated_delta_rule`); `False` returns per-token states `[B * T, HV, V, K]`.
         cu_seqlens, ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel, is_kda: as vLLM.
+        **kwargs: other keywords are ignored, with one warning per name per process.
 
     Returns:
         o (torch.Tensor): `[B, T, HV, V]`.
         final_state (torch.Tensor): `initial_state` (updated) or the per-token states.
     """
     fn = "fused_sigmoid_gating_delta_rule_update"
+    _options(fn, kwargs)
     if initial_state is None:
         raise ValueError(f"{fn}: initial_state (the state pool) is required")
     if scale is not None and not scale > 0:
@@ -126,7 +128,7 @@ def fused_sigmoid_gating_delta_rule_update(
     o, steps = _decode_update(
         fn, A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=beta, softplus_threshold=threshold, q=q, k=k, v=v,
         b=b, pool=initial_state, indices=indices, scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        cu_seqlens=cu_seqlens, is_kda=is_kda, state_layout=C.GDN_STATE_VK, inplace=bool(inplace_final_state),
+        cu_seqlens=cu_seqlens, is_kda=is_kda, state_v_first=True, inplace=bool(inplace_final_state),
         num_accepted_tokens=num_accepted_tokens,
         step_states_dtype=None if inplace_final_state else initial_state.dtype)
     return o, (initial_state if inplace_final_state else steps)

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import libgdn  # noqa: E402
-from libgdn import _capi, ops  # noqa: E402
+from libgdn import _capi, _kernels  # noqa: E402
 
 
 def _devices():
@@ -42,7 +42,7 @@ def device(request):
 def poisoned_outputs(monkeypatch):
     """Outputs and states the package allocates start as NaN (ints as a sentinel), so that an
     element the library fails to write shows up in the error measure."""
-    real = ops._empty
+    real = _kernels._empty
 
     def poisoned(shape, dtype, device):
         t = real(shape, dtype, device)
@@ -52,7 +52,7 @@ def poisoned_outputs(monkeypatch):
             t.fill_(-7)
         return t
 
-    monkeypatch.setattr(ops, "_empty", poisoned)
+    monkeypatch.setattr(_kernels, "_empty", poisoned)
     yield
 
 
@@ -79,3 +79,45 @@ def pytest_pyfunc_call(pyfuncitem):
             pytest.skip(f"CUDA backend: {e}")
         raise
     return True
+
+
+def import_fla_gdn():
+    """FLA's fla.ops.gated_delta_rule, or None where FLA does not import. With
+    GDN_FLA_FIRST_CONFIG=1 (short device leases) FLA's Triton autotuners keep only their first
+    config, so that no tuning compile storm runs; FLA's timings are then not its best."""
+    import importlib
+    if os.environ.get("GDN_FLA_FIRST_CONFIG") == "1" and "fla" not in sys.modules:
+        try:
+            import triton
+        except ImportError:
+            return None
+        if not getattr(triton.autotune, "gdn_first_config", False):
+            autotune = triton.autotune
+
+            def first_config(configs, *args, **kwargs):
+                return autotune(list(configs)[:1], *args, **kwargs)
+
+            first_config.gdn_first_config = True
+            triton.autotune = first_config
+    try:
+        return importlib.import_module("fla.ops.gated_delta_rule")
+    except Exception:  # noqa: BLE001 - any failure to import means: no FLA here
+        return None
+
+
+@pytest.fixture
+def c_calls(monkeypatch):
+    """A Counter of the calls into the C library's forward entry points (gdn_chunk_fwd,
+    gdn_recurrent_fwd, gdn_gating) made during the test, by entry point name."""
+    import collections
+    counts = collections.Counter()
+    lib = _capi.lib()
+    for name in ("gdn_chunk_fwd", "gdn_recurrent_fwd", "gdn_gating"):
+        real = getattr(lib, name)
+
+        def counted(*args, _real=real, _name=name):
+            counts[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(lib, name, counted)
+    return counts

@@ -1,6 +1,8 @@
 """CUDA-only behaviour: work runs on torch's current stream, and the calls can be captured in a
 CUDA graph (outputs and workspace from torch's allocator, no synchronisation, no host reads)."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -109,3 +111,80 @@ def test_graph_chunk_prefill():
     o, h = run()
     torch.cuda.synchronize()
     assert rel_err(o_static, o) < 1e-6 and rel_err(h_static, h) < 1e-6
+
+
+def test_host_indices_checked_before_the_copy():
+    """Host-resident index tensors of a CUDA call are validated on the host by the library (its
+    message, nothing written) before they are copied to the device; valid ones give the results of
+    device-resident indices."""
+    B, P = 3, 6
+    q = torch.randn(1, B, H, K, device="cuda", dtype=torch.bfloat16)
+    k = F.normalize(torch.randn(1, B, H, K, device="cuda"), dim=-1).bfloat16()
+    v = torch.randn(1, B, HV, V, device="cuda", dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(1, B, HV, device="cuda"))
+    beta = torch.rand(1, B, HV, device="cuda")
+    cu = torch.arange(B + 1)
+    pool = torch.randn(P, HV, K, V, device="cuda")
+    before = pool.clone()
+
+    def step(slots, cu_seqlens=cu, state=pool):
+        return libgdn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state,
+                                                       cu_seqlens=cu_seqlens, ssm_state_indices=slots)
+
+    with pytest.raises(libgdn.GDNInvalidArgumentError,
+                       match=r"state_indices\[2\]\[0\] = 6 is out of range for a pool of 6 slots"):
+        step(torch.tensor([0, 1, 6]))
+    with pytest.raises(libgdn.GDNInvalidArgumentError, match=r"cu_seqlens\[2\] = 1 < cu_seqlens\[1\] = 2"):
+        step(torch.tensor([0, 1, 2]), cu_seqlens=torch.tensor([0, 2, 1, 3]))
+    with pytest.raises(libgdn.GDNInvalidArgumentError, match=r"cu_seqlens\[2\] = 1 < cu_seqlens\[1\] = 2"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 2, 1, 3]))
+    # Host slots with device cu_seqlens: checked too (the device cu_seqlens read for the check).
+    with pytest.raises(libgdn.GDNInvalidArgumentError,
+                       match=r"state_indices\[1\]\[0\] = 7 is out of range for a pool of 6 slots"):
+        step(torch.tensor([0, 7, 1]), cu_seqlens=cu.cuda())
+    torch.cuda.synchronize()
+    assert torch.equal(pool, before)
+    host_pool, device_pool = pool.clone(), pool.clone()
+    o_host, _ = step(torch.tensor([4, 0, 2]), state=host_pool)
+    o_dev, _ = step(torch.tensor([4, 0, 2], device="cuda"), cu_seqlens=cu.cuda(), state=device_pool)
+    assert torch.equal(o_host, o_dev) and torch.equal(host_pool, device_pool)
+
+
+def test_strided_v_runs_on_the_chunk_kernel(c_calls):
+    """transformers' v (a channel slice of a transposed [B, C, T] tensor: unit stride on the
+    token dim) runs on the chunk kernel itself, with no warning, and matches a contiguous copy."""
+    B, T, C = 2, 300, 2 * H * K + HV * V
+    x = torch.randn(B, C, T, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    q, k, v = torch.split(x, [H * K, H * K, HV * V], dim=-1)
+    q, k, v = q.reshape(B, T, H, K), F.normalize(k.reshape(B, T, H, K).float(), dim=-1).bfloat16(), \
+        v.reshape(B, T, HV, V)
+    assert v.stride(-1) == T
+    g = F.logsigmoid(torch.randn(B, T, HV, device="cuda"))
+    beta = torch.rand(B, T, HV, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        o, h = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    assert c_calls == {"gdn_chunk_fwd": 1}
+    want, want_h = libgdn.chunk_gated_delta_rule(q.contiguous(), k.contiguous(), v.contiguous(), g, beta,
+                                                 output_final_state=True)
+    assert rel_err(o, want) < 1e-6 and rel_err(h, want_h) < 1e-6
+
+
+def test_float32_prefill_routed_to_the_recurrent_kernel(c_calls, monkeypatch):
+    """float32 inputs, which the CUDA chunk kernel does not take, go to the recurrent kernel by
+    dtype, before any call: one warning per process, no chunk call."""
+    from libgdn import ops
+    monkeypatch.setattr(ops, "_warned", set())
+    q = torch.randn(1, 70, H, K, device="cuda")
+    k = F.normalize(torch.randn(1, 70, H, K, device="cuda"), dim=-1)
+    v = torch.randn(1, 70, HV, V, device="cuda")
+    g = F.logsigmoid(torch.randn(1, 70, HV, device="cuda"))
+    beta = torch.rand(1, 70, HV, device="cuda")
+    with pytest.warns(UserWarning, match="float32 inputs run on the recurrent kernel"):
+        o, h = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert c_calls == {"gdn_recurrent_fwd": 2}
+    want, want_h = libgdn.chunk_gated_delta_rule(*(t.cpu() for t in (q, k, v, g, beta)), output_final_state=True)
+    assert rel_err(o, want) < 1e-5 and rel_err(h, want_h) < 1e-5

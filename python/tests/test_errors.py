@@ -52,8 +52,10 @@ def test_unsupported_head_dim(device):
 
 def test_dtypes(device):
     q, k, v, g, beta = inputs(device)
-    with pytest.raises(ValueError, match="k: dtype"):
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: k is f16 but q is f32"):
         libgdn.chunk_gated_delta_rule(q, k.half(), v, g, beta)
+    with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: v is bf16 but q is f32"):
+        libgdn.fused_recurrent_gated_delta_rule(q, k, v.bfloat16(), g, beta=beta)
     with pytest.raises(ValueError, match="dtype torch.int8 is not supported"):
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta.to(torch.int8))
     with pytest.raises(TypeError, match="q must be a torch.Tensor"):
@@ -86,8 +88,6 @@ def test_fla_option_checks(device):
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta, allow_neg_eigval=True)
     with pytest.raises(ValueError, match="A_log must be provided"):
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta, use_gate_in_kernel=True)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, not_an_option=1)
     with pytest.raises(ValueError, match="chunk_size"):
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=128)
     with pytest.raises(NotImplementedError, match="gv"):
@@ -175,23 +175,11 @@ def test_forward_only_warning():
         libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
 
 
-def test_cuda_chunk_fallback_rule():
-    """Only a GDN_ERR_UNSUPPORTED from the CUDA run itself (valid arguments the backend declined)
-    falls back; validation errors, which the workspace query reports first, raise."""
-    from libgdn import ops
-    cuda = torch.device("cuda")  # never touched: the mocks below stand in for the library
-    ok = lambda args, nbytes: _capi.GDN_OK
-    declined = []
-    ops._run("op", ok, lambda args: _capi.GDN_ERR_UNSUPPORTED, _capi.ChunkFwdArgs(), cuda,
-             on_unsupported=declined.append)
-    assert len(declined) == 1 and declined[0].status == _capi.GDN_ERR_UNSUPPORTED
-    with pytest.raises(libgdn.GDNUnsupportedError):
-        ops._run("op", lambda args, nbytes: _capi.GDN_ERR_UNSUPPORTED, lambda args: _capi.GDN_OK,
-                 _capi.ChunkFwdArgs(), cuda, on_unsupported=declined.append)
-    with pytest.raises(libgdn.GDNUnsupportedError):
-        ops._run("op", ok, lambda args: _capi.GDN_ERR_UNSUPPORTED, _capi.ChunkFwdArgs(), torch.device("cpu"),
-                 on_unsupported=declined.append)
-    with pytest.raises(libgdn.GDNInvalidArgumentError):
-        ops._run("op", ok, lambda args: _capi.GDN_ERR_INVALID_ARGUMENT, _capi.ChunkFwdArgs(), cuda,
-                 on_unsupported=declined.append)
-    assert len(declined) == 1
+def test_chunk_unsupported_is_not_rerun(monkeypatch, c_calls):
+    """A chunk call the library declines raises GDNUnsupportedError; the package never reruns it on
+    the recurrent kernel (which inputs go to the recurrent kernel is decided before any call)."""
+    monkeypatch.setattr(_capi.lib(), "gdn_chunk_fwd", lambda args: _capi.GDN_ERR_UNSUPPORTED)
+    q, k, v, g, beta = inputs("cpu", torch.bfloat16)
+    with pytest.raises(libgdn.GDNUnsupportedError, match="chunk_gated_delta_rule"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert c_calls["gdn_recurrent_fwd"] == 0

@@ -1,0 +1,289 @@
+"""libgdn's C entry points as torch custom ops: libgdn::chunk_fwd (gdn_chunk_fwd),
+libgdn::recurrent_fwd and libgdn::recurrent_fwd_inplace (gdn_recurrent_fwd, the latter writing
+the states or the state pool it is given) and libgdn::gating (gdn_gating), each with a fake
+implementation giving its outputs' shapes and dtypes, so that torch.compile traces them without
+graph breaks (torch >= 2.4; on older torch they are the plain functions, see _custom_ops.py).
+
+The ops take resolved arguments (gate tensors, flags, scale as numbers, state dtypes) and run on
+real tensors only: they fill the C structs, allocate outputs and workspace with torch, validate
+host-resident index tensors of CUDA calls on the host (_index_args) and call the library on
+torch's current stream. ops.py maps FLA's and vLLM's signatures onto them.
+"""
+
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+
+from . import _capi as C
+from ._custom_ops import custom_op
+
+Tensor = torch.Tensor
+
+
+def _empty(shape, dtype, device):
+    """Every output and state buffer comes from here (tests swap in a poisoning allocator)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _state_shape(rows, HV, K, V, state_v_first):
+    return (rows, HV, V, K) if state_v_first else (rows, HV, K, V)
+
+
+def _num_seqs(q, cu_seqlens):
+    return cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
+
+
+def _run(fn_name, size_fn, run_fn, args, device):
+    """Query the workspace (CUDA; the CPU backend takes none), allocate it with torch on `device`,
+    run. `args` is the filled struct; the query validates it."""
+    buf = None
+    if device.type == "cuda":
+        nbytes = ctypes.c_size_t(0)
+        C.check(size_fn(ctypes.byref(args), ctypes.byref(nbytes)), fn_name)
+        buf, args.workspace = C.workspace(nbytes.value, device)
+        args.workspace_bytes = nbytes.value
+    status = run_fn(ctypes.byref(args))
+    del buf  # back to torch's allocator; on CUDA it stays reserved for this stream's queued work
+    C.check(status, fn_name)
+
+
+def _mark_host(s):
+    """Describe every present tensor of an argument struct (nested ones too) as host-resident."""
+    for name, ftype in s._fields_:
+        if ftype is C.Tensor:
+            t = getattr(s, name)
+            if t.data:
+                t.device, t.device_ordinal = C.GDN_DEVICE_CPU, 0
+        elif isinstance(ftype, type) and issubclass(ftype, ctypes.Structure):
+            _mark_host(getattr(s, name))
+
+
+def _index_args(fn, size_fn, args, device, indices):
+    """Put the index tensors `indices` ({struct field: int32 tensor or None}) into `args` for a
+    call on `device`. The C library checks the values of index tensors that live on the host, but
+    a CUDA call takes device tensors only: a CUDA call given host-resident indices has them
+    validated by the library first, on the host (the same query on a copy of `args` with every
+    descriptor marked host-resident: it reads no tensor data but the indices), and only then copied
+    to the device. A call that mixes host and device indices brings the device ones to the host for
+    that check (a synchronisation, in that case only); device-resident indices alone are never read
+    on the host. Returns the tensors `args` now points to: keep them alive until the call returns."""
+    present = {field: t for field, t in indices.items() if t is not None}
+    if device.type == "cuda" and any(t.device.type == "cpu" for t in present.values()):
+        host = {field: t if t.device.type == "cpu" else t.cpu() for field, t in present.items()}
+        shadow = type(args).from_buffer_copy(args)
+        _mark_host(shadow)
+        for field, t in host.items():
+            setattr(shadow, field, C.describe(t, field))
+        C.check(size_fn(ctypes.byref(shadow), ctypes.byref(ctypes.c_size_t(0))), fn)
+    kept = []
+    for field, t in present.items():
+        if t.device != device:
+            t = t.to(device)
+        setattr(args, field, C.describe(t, field))
+        kept.append(t)
+    return kept
+
+
+def _as_int32(t):
+    """int32 as the C API takes it: FLA and vLLM pass int64. Host tensors are cast (and made
+    contiguous) on the host, device tensors on the device, without a host read."""
+    if t is None:
+        return None
+    t = t if t.dtype == torch.int32 else t.to(torch.int32)
+    return t.contiguous() if t.device.type == "cpu" else t
+
+
+def _fill_gate(gate, kind, g, a, A_log, dt_bias, beta, lower_bound, softplus_beta, softplus_threshold,
+               beta_from_logits, allow_neg_eigval):
+    gate.kind = kind
+    gate.g = C.describe(g, "g")
+    gate.a = C.describe(a, "a")
+    gate.A_log = C.describe(A_log, "A_log")
+    gate.dt_bias = C.describe(dt_bias, "dt_bias")
+    gate.beta = C.describe(beta, "beta")
+    gate.beta_from_logits = int(bool(beta_from_logits))
+    gate.allow_neg_eigval = int(bool(allow_neg_eigval))
+    gate.softplus_beta = float(softplus_beta)
+    gate.softplus_threshold = float(softplus_threshold)
+    gate.lower_bound = float(lower_bound)
+
+
+def _fwd_args(cls, q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta, softplus_threshold,
+              beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first):
+    """A ChunkFwdArgs or RecurrentFwdArgs with the inputs and options both take filled in; the
+    caller sets cu_seqlens, the states, o and the stream."""
+    args = cls()
+    args.q, args.k, args.v = C.describe(q, "q"), C.describe(k, "k"), C.describe(v, "v")
+    _fill_gate(args.gate, gate_kind, g, a, A_log, dt_bias, beta, lower_bound, softplus_beta, softplus_threshold,
+               beta_from_logits, allow_neg_eigval)
+    args.scale = float(scale)
+    args.use_qk_l2norm = int(bool(use_qk_l2norm))
+    args.state_layout = C.GDN_STATE_VK if state_v_first else C.GDN_STATE_KV
+    return args
+
+
+def _no_states(t):
+    """The placeholder a custom op returns for a state output that was not asked for."""
+    return torch.empty(0, dtype=torch.float32, device=t.device)
+
+
+def _chunk_fwd_fake(x):
+    q, v = x["q"], x["v"]
+    o = v.new_empty(v.shape)
+    if not x["output_final_state"]:
+        return o, _no_states(q)
+    shape = _state_shape(_num_seqs(q, x["cu_seqlens"]), v.shape[2], q.shape[3], v.shape[3], x["state_v_first"])
+    return o, q.new_empty(shape, dtype=x["final_state_dtype"])
+
+
+@custom_op("libgdn::chunk_fwd", mutates_args=(), fake=_chunk_fwd_fake)
+def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
+              dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int, lower_bound: float, beta_from_logits: bool,
+              allow_neg_eigval: bool, scale: float, use_qk_l2norm: bool, cu_seqlens: Optional[Tensor],
+              state_v_first: bool, initial_state: Optional[Tensor], output_final_state: bool,
+              final_state_dtype: torch.dtype, caller: str) -> Tuple[Tensor, Tensor]:
+    """gdn_chunk_fwd: (o, final state, or an empty tensor without output_final_state). Messages
+    start with `caller`, the public function called."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev = q.device
+    cu = _as_int32(cu_seqlens)
+    final = None
+    if output_final_state:
+        final = _empty(_state_shape(_num_seqs(q, cu), HV, K, V, state_v_first), final_state_dtype, dev)
+    o = _empty(v.shape, v.dtype, dev)
+    args = _fwd_args(C.ChunkFwdArgs, q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, 0.0, 0.0,
+                     beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first)
+    args.initial_state = C.describe(initial_state, "initial_state")
+    args.final_state = C.describe(final, "final_state")
+    args.o = C.describe(o, "o")
+    args.stream = C.stream_of(q)
+    L = C.lib()
+    kept = _index_args(caller, L.gdn_chunk_fwd_workspace_size, args, dev, {"cu_seqlens": cu})
+    _run(caller, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
+    del kept
+    return o, (final if final is not None else _no_states(q))
+
+
+def _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta, softplus_threshold,
+               beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens, state_v_first, state,
+               ssm_state_indices, num_accepted_tokens, null_slot_zero, inplace, states_out, states_dtype, caller):
+    """gdn_recurrent_fwd. inplace: the pool `state` is written through ssm_state_indices, or
+    (without indices) the final states overwrite `state`. states_out: 0 none, 1 the final states
+    [N, ...], 2 the state after every token [B * T, ...]. Returns (o, those states or None)."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev = q.device
+    cu = _as_int32(cu_seqlens)
+    pooled = ssm_state_indices is not None
+    out_states = None
+    if states_out == 1:
+        out_states = _empty(_state_shape(_num_seqs(q, cu), HV, K, V, state_v_first), states_dtype, dev)
+    elif states_out == 2:
+        out_states = _empty(_state_shape(B * T, HV, K, V, state_v_first), states_dtype, dev)
+    o = _empty(v.shape, v.dtype, dev)
+    args = _fwd_args(C.RecurrentFwdArgs, q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta,
+                     softplus_threshold, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first)
+    args.state = C.describe(state, "initial_state")
+    args.inplace_state = int(bool(inplace and pooled))
+    args.null_slot_zero = int(bool(null_slot_zero))
+    final = state if inplace and not pooled else (out_states if states_out == 1 else None)
+    args.final_state = C.describe(final, "final_state")
+    args.step_states = C.describe(out_states if states_out == 2 else None, "step_states")
+    args.o = C.describe(o, "o")
+    args.stream = C.stream_of(q)
+    L = C.lib()
+    kept = _index_args(caller, L.gdn_recurrent_fwd_workspace_size, args, dev,
+                       {"cu_seqlens": cu, "state_indices": _as_int32(ssm_state_indices),
+                        "num_accepted_tokens": _as_int32(num_accepted_tokens)})
+    _run(caller, L.gdn_recurrent_fwd_workspace_size, L.gdn_recurrent_fwd, args, dev)
+    del kept
+    return o, out_states
+
+
+def _recurrent_fwd_fake(x):
+    q, v = x["q"], x["v"]
+    o = v.new_empty(v.shape)
+    if x["states_out"] == 0:
+        return o, _no_states(q)
+    rows = _num_seqs(q, x["cu_seqlens"]) if x["states_out"] == 1 else q.shape[0] * q.shape[1]
+    shape = _state_shape(rows, v.shape[2], q.shape[3], v.shape[3], x["state_v_first"])
+    return o, q.new_empty(shape, dtype=x["states_dtype"])
+
+
+@custom_op("libgdn::recurrent_fwd", mutates_args=(), fake=_recurrent_fwd_fake)
+def recurrent_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
+                  dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int, lower_bound: float, softplus_beta: float,
+                  softplus_threshold: float, beta_from_logits: bool, allow_neg_eigval: bool, scale: float,
+                  use_qk_l2norm: bool, cu_seqlens: Optional[Tensor], state_v_first: bool,
+                  initial_state: Optional[Tensor], ssm_state_indices: Optional[Tensor],
+                  num_accepted_tokens: Optional[Tensor], null_slot_zero: bool, states_out: int,
+                  states_dtype: torch.dtype, caller: str) -> Tuple[Tensor, Tensor]:
+    """gdn_recurrent_fwd reading its states: (o, the states states_out asks for, or an empty tensor)."""
+    o, states = _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta,
+                           softplus_threshold, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens,
+                           state_v_first, initial_state, ssm_state_indices, num_accepted_tokens, null_slot_zero,
+                           False, states_out, states_dtype, caller)
+    return o, (states if states is not None else _no_states(q))
+
+
+@custom_op("libgdn::recurrent_fwd_inplace", mutates_args=("initial_state",),
+           fake=lambda x: x["v"].new_empty(x["v"].shape))
+def recurrent_fwd_inplace(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor],
+                          A_log: Optional[Tensor], dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int,
+                          lower_bound: float, softplus_beta: float, softplus_threshold: float,
+                          beta_from_logits: bool, allow_neg_eigval: bool, scale: float, use_qk_l2norm: bool,
+                          cu_seqlens: Optional[Tensor], state_v_first: bool, initial_state: Tensor,
+                          ssm_state_indices: Optional[Tensor], num_accepted_tokens: Optional[Tensor],
+                          null_slot_zero: bool, caller: str) -> Tensor:
+    """gdn_recurrent_fwd writing its states into initial_state (the pool, or the states in place)."""
+    o, _ = _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta,
+                      softplus_threshold, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens,
+                      state_v_first, initial_state, ssm_state_indices, num_accepted_tokens, null_slot_zero,
+                      True, 0, torch.float32, caller)
+    return o
+
+
+def _as_bth(t):
+    """A [..., HV] tensor as a 3-D [B, T, HV] one for the C API: views where possible."""
+    if t.dim() == 3:
+        return t
+    if t.dim() == 2:
+        return t.unsqueeze(0)
+    if t.dim() == 1:
+        return t.view(1, 1, -1)
+    return t.reshape(1, -1, t.shape[-1])
+
+
+def _gating_fake(x):
+    a3 = _as_bth(x["a"])
+    g = a3.new_empty(a3.shape, dtype=torch.float32)
+    if x["b"] is None:
+        return g, _no_states(x["a"])
+    b3 = _as_bth(x["b"])
+    return g, b3.new_empty(b3.shape, dtype=x["beta_dtype"])
+
+
+@custom_op("libgdn::gating", mutates_args=(), fake=_gating_fake)
+def gating(a: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor], b: Optional[Tensor],
+           beta_dtype: torch.dtype, softplus_beta: float, softplus_threshold: float,
+           caller: str) -> Tuple[Tensor, Tensor]:
+    """gdn_gating: (g [B, T, HV] float32, beta [B, T, HV] in beta_dtype, or an empty tensor without b)."""
+    a3 = _as_bth(a)
+    g = _empty(a3.shape, torch.float32, a.device)
+    b3 = _as_bth(b) if b is not None else None
+    beta = _empty(b3.shape, beta_dtype, b.device) if b is not None else None
+    args = C.GatingArgs()
+    args.kind = C.GDN_GATE_GDN
+    args.a = C.describe(a3, "a")
+    args.A_log = C.describe(A_log, "A_log")
+    args.dt_bias = C.describe(dt_bias, "dt_bias")
+    args.softplus_beta = float(softplus_beta)
+    args.softplus_threshold = float(softplus_threshold)
+    args.g_out = C.describe(g, "g_out")
+    args.b = C.describe(b3, "b")
+    args.beta_out = C.describe(beta, "beta_out")
+    args.stream = C.stream_of(a)
+    C.check(C.lib().gdn_gating(ctypes.byref(args)), caller)
+    return g, (beta if beta is not None else _no_states(a))
