@@ -28,4 +28,23 @@ template <> __device__ __forceinline__ float gdn_from_f32<float>(float x) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 gdn_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half gdn_from_f32<__half>(float x) { return __float2half_rn(x); }
 
+/* Element off of base (dtype dt) as f32; the dtype is known only at run time. */
+__device__ __forceinline__ float load_elem(const void *base, gdn_dtype dt, int64_t off)
+{
+    switch (dt) {
+    case GDN_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)base)[off]);
+    case GDN_DTYPE_F16: return __half2float(((const __half *)base)[off]);
+    default: return ((const float *)base)[off];
+    }
+}
+
+__device__ __forceinline__ void store_elem(void *base, gdn_dtype dt, int64_t off, float x)
+{
+    switch (dt) {
+    case GDN_DTYPE_BF16: ((__nv_bfloat16 *)base)[off] = __float2bfloat16_rn(x); break;
+    case GDN_DTYPE_F16: ((__half *)base)[off] = __float2half_rn(x); break;
+    default: ((float *)base)[off] = x; break;
+    }
+}
+
 #endif /* GDN_CUDA_COMMON_CUH */

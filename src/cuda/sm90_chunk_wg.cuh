@@ -1,7 +1,7 @@
 /*
  * sm90_chunk_wg.cuh - chunk_wg, the state chain of the chunked forward on warpgroup MMA (wgmma),
- * included by sm90_chunk_fwd.cu inside its namespace (it reads that file's params, workspace
- * format and helpers). One bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32 accumulation
+ * reading the records of chunk_prep (sm90_chunk_prep.cuh), whose units it also runs in the
+ * cooperative grid. One bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32 accumulation
  * and f32 state. It replaced an mma.sync kernel of 16-column slabs (chunk_main, in git history up to
  * 5ae04bc), which it beat by 1.2-1.45x (bench/results/prefill-2026-11-22-h100-wg.txt).
  *
@@ -22,7 +22,7 @@
  *                                time).
  *                                Not TMA: its boxes would read the next sequence's rows past a
  *                                varlen sequence's end instead of zeros.
- * Every tile is a 128-byte-swizzled box (sm90_wgmma.cuh), so wgmma reads them through
+ * Every tile is a 128-byte-swizzled box (sm90_primitives.cuh), so wgmma reads them through
  * descriptors. The workspace keeps only the lower-triangular 16 x 16 blocks of Tb and Pm; the
  * blocks above the diagonal are zeroed once per stage at the start and never written again, so
  * full-tile products read zeros there. The stage ring runs on mbarriers; named barriers hand
@@ -39,7 +39,12 @@
  * from the identity giving M^T; its final S^T (f32) to cp_pre. No output warpgroup and no Q, a
  * two-stage ring and two copy warps: 192 threads and 86 KB at K = 128, two CTAs per SM.
  */
-#pragma once
+#ifndef GDN_SM90_CHUNK_WG_CUH
+#define GDN_SM90_CHUNK_WG_CUH
+
+#include "sm90_chunk_prep.cuh"
+
+namespace gdn_chunk {
 
 /* Main pass: 384 threads; the copy warpgroup gives registers to the other two (168 each at
  * launch; 200 for the chain and output warpgroups, 96 for the copy warpgroup). PRE: 192. */
@@ -48,7 +53,7 @@ template <bool PRE> struct wg_cfg {
 };
 
 template <int K, bool PRE> struct wg_smem {
-    static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64, S = wg_cfg<PRE>::STAGES; /* KB: boxes of a Q or K tile */
+    static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64, S = wg_cfg<PRE>::STAGES; /* KB: boxes of a Q or K tile */
     static constexpr int Q = 0, KT = PRE ? 0 : KB * B, V = KT + KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
     static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
     static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
@@ -71,7 +76,7 @@ template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)
 template <int K, typename T, bool PRE>
 __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const params p)
 {
-    using namespace gdn_wgmma;
+    using namespace gdn_sm90;
     using L = wg_smem<K, PRE>;
     constexpr int THREADS = wg_cfg<PRE>::THREADS, COPY = wg_cfg<PRE>::COPY, STAGES = L::S;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = 64;
@@ -562,3 +567,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
         }
     }
 }
+
+} /* namespace gdn_chunk */
+
+#endif /* GDN_SM90_CHUNK_WG_CUH */

@@ -9,7 +9,7 @@
  * programmatic stream serialization where that measured faster (tma_use_pdl).
  */
 #include "cuda_common.cuh"
-#include "sm90_recurrent_mma.cuh"
+#include "sm90_recurrent_launch.cuh"
 
 namespace {
 

@@ -83,20 +83,6 @@ template <int K, typename StateT> __host__ __device__ constexpr size_t mma_smem_
     return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStage<K, tile_rows<K, StateT>()>);
 }
 
-/* x = hi + lo with hi its top 19 bits (a TF32 value) and lo the exact f32 remainder, of which
- * the tensor cores read the top 19 bits (relative error of the pair about 2^-21). Truncation, not
- * cvt.rna.tf32.f32: that conversion measured as a multi-instruction sequence with Inf / NaN
- * checks on sm_90 (ncu, 2026-11-22), and lo makes the rounding of hi irrelevant. */
-struct Tf32Pair {
-    uint32_t hi, lo;
-};
-
-__device__ __forceinline__ Tf32Pair tf32_split(float x)
-{
-    const uint32_t hi = __float_as_uint(x) & 0xffffe000u;
-    return Tf32Pair{hi, __float_as_uint(x - __uint_as_float(hi))};
-}
-
 template <int K, int ROWS>
 __device__ __forceinline__ void stage_put_qk(MmaStage<K, ROWS> &st, int j, int key, float q, float k)
 {
@@ -126,14 +112,6 @@ template <bool EXACT> __device__ __forceinline__ FragA frag_a(float a0, float a1
         }
     }
     return f;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* big + small += A B to f32 accuracy: the small products (into small) first; lo * lo is below
@@ -433,7 +411,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
     const int passes = (rows_per_cta + pass_rows - 1) / pass_rows;
 
     if (threadIdx.x < passes)
-        mbar_init(&bar[threadIdx.x], 1);
+        mbar_init(&bar[threadIdx.x], 1), mbar_fence_init();
     __syncthreads();
     grid_dependency_sync();
     uint32_t phase = 0;
@@ -497,44 +475,6 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
         if (src)
             phase ^= 1;
     }
-}
-
-/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4).
- * Measured (bench_decode --mma, H100, K = V = 128, HV = 32, T = 2..8, B = 1..256): 4 warps of
- * 64 rows are the best f32 tile at every batch (smaller tiles, even for B = 1, were up to 3x
- * slower: the stage and the chunk's small products are paid per CTA); bf16 takes 128 rows (two
- * passes per warp) from 1024 (sequence, head) pairs on (B = 32: 50.2 against 53.6 us at T = 4),
- * 64 below (B = 8: 15.6 against 16.5). Host side; the launcher and the benchmark share it. */
-template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
-{
-    int rows = tile_rows<K, StateT>();
-    if (N * HV < 1024 && rows > 64)
-        rows = 64;
-    const int64_t v_rounded = (V + kMmaRows - 1) / kMmaRows * kMmaRows;
-    if (rows > v_rounded)
-        rows = (int)v_rounded;
-    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
-    return TmaTile{rows, warps};
-}
-
-/* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
- * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
- * instance. */
-template <int K, typename StateT, typename InT> cudaError_t set_mma_kernel_attributes()
-{
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT>());
-    if (e != cudaSuccess)
-        return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                (int)cudaSharedmemCarveoutMaxShared);
-}
-
-template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
-{
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT>();
-    return err;
 }
 
 } /* namespace */
