@@ -4,12 +4,13 @@ source trees to sm_90a cubins with the library's nvcc flags and compares each ke
 (its .text section), shared-memory size and resource info (.nv.info: registers, barriers, stack),
 kernel by kernel, whatever file each kernel now lives in. No cuobjdump needed.
 
-    dev/sass_compare.py BASE_TREE NEW_TREE [--out DIR]
+    dev/sass_compare.py BASE_TREE NEW_TREE
 
 BASE_TREE is e.g. `git archive 7a7bb8a | tar -x -C build-base`. Prints one line per kernel:
 identical, changed (what differs), or only in one tree; exits 1 if any kernel differs. Names of
 anonymous namespaces (which embed the source file's name) are normalized. Takes a few minutes a
-tree on two cores (-j via GDN_JOBS, default 2)."""
+tree on two cores (-j via GDN_JOBS, default 2). GDN_SASS_ONLY (a regex on file names) compares a
+subset; GDN_SASS_BASE_CACHE keeps the base cubins; GDN_SASS_RENAME maps renamed types."""
 import concurrent.futures, glob, os, re, struct, subprocess, sys, tempfile
 
 NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
@@ -35,8 +36,15 @@ def sections(path):
     return out
 
 
+RENAMES = [pair.split("=") for pair in os.environ.get("GDN_SASS_RENAME", "").split(",") if "=" in pair]
+
+
 def anon(name):
-    """The mangled name with each anonymous namespace (<len>_GLOBAL__N__<file hash>) as ANON."""
+    """The mangled name with each anonymous namespace (<len>_GLOBAL__N__<file hash>) as ANON, and
+    each type renamed between the trees (GDN_SASS_RENAME=new=old,...: ChunkParams=params) spelled
+    the old way."""
+    for new, old in RENAMES:
+        name = name.replace("%d%s" % (len(new), new), "%d%s" % (len(old), old))
     out, i = "", 0
     for m in re.finditer(r"(\d+)(_GLOBAL__N__)", name):
         if m.start() < i:

@@ -233,7 +233,7 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                 printf("mma %s T=%lld B=%lld | cuda-core %dx%d %.2f |", sdi ? "bf16" : "f32", (long long)T, (long long)B,
                        t.rows, t.warps, base);
                 for (int rows = 16; rows <= (sdi ? 128 : 64); rows *= 2) {
-                    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
+                    const int warps = rows / MMA_ROWS < 4 ? rows / MMA_ROWS : 4;
                     const double us = sdi ? time_mma<__nv_bfloat16>(stream, B, T, rows, warps, l2, sms)
                                           : time_mma<float>(stream, B, T, rows, warps, l2, sms);
                     printf(" %dx%d %.2f", rows, warps, us);

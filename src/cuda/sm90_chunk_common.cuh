@@ -1,6 +1,6 @@
 /*
  * sm90_chunk_common.cuh - what every pass of the chunked forward shares: the chunk length, the
- * workspace record format (tri_chunk), the launch parameters (params) and the sequence map.
+ * workspace record format (tri_chunk), the launch parameters (ChunkParams) and the sequence map.
  */
 #ifndef GDN_SM90_CHUNK_COMMON_CUH
 #define GDN_SM90_CHUNK_COMMON_CUH
@@ -9,6 +9,7 @@
 #include "cuda_gate.cuh"
 #include "sm90_chunk_mma.cuh"
 #include "sm90_primitives.cuh"
+#include "sm90_chunk_tuning.cuh"
 
 namespace gdn_chunk {
 
@@ -34,17 +35,13 @@ __device__ __forceinline__ int tri_chunk(int i, int ch)
     return 16 * b * (b + 1) + (i & 15) * 2 * (b + 1) + ch;
 }
 
-struct params {
+struct ChunkParams {
     int64_t T, N, HV, G, V;
     int64_t cps;               /* chunks per sequence without cu_seqlens */
     int64_t slots;             /* workspace chunk slots per value head */
     int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
     int *ready;                /* [HV][flag_blocks(slots)] records written, or NULL (launch_coop) */
     int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
-#ifdef GDN_CHUNK_DEV_COOP_PROBE
-    int probe; /* dev builds, launch_coop after the first call: 1 prep units alone, 2 the main pass alone,
-                  3 as 2 without the flag polls */
-#endif
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;
@@ -88,21 +85,21 @@ __device__ __forceinline__ float fast_exp2(float x)
 }
 
 /* Sequence n: batch row, first token, length, first workspace slot. */
-struct seq_info {
+struct SeqInfo {
     int64_t row, bos, len, slot0;
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-__device__ __forceinline__ int64_t clamp_t(const params &p, int32_t x)
+__device__ __forceinline__ int64_t clamp_t(const ChunkParams &p, int32_t x)
 {
     return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
 }
 
-__device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
+__device__ __forceinline__ SeqInfo sequence(const ChunkParams &p, int64_t n)
 {
-    seq_info s;
+    SeqInfo s;
     if (p.cu) {
         const int64_t a = clamp_t(p, p.cu[n]), b = clamp_t(p, p.cu[n + 1]);
         s.row = 0;
@@ -119,7 +116,7 @@ __device__ __forceinline__ seq_info sequence(const params &p, int64_t n)
 }
 
 
-__device__ __forceinline__ float load_state(const params &p, const void *base, int64_t i)
+__device__ __forceinline__ float load_state(const ChunkParams &p, const void *base, int64_t i)
 {
     return p.state_dtype == GDN_DTYPE_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i])
                                            : static_cast<const float *>(base)[i];

@@ -86,16 +86,15 @@ static int sm_count(const gdn_problem *p)
  * host); varlen takes the plain path. */
 constexpr int CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
 
-struct cp_plan {
+struct CpPlan {
     int64_t nseg, seg_chunks; /* seg_chunks = 0: off */
 };
 
-static cp_plan plan_cp(const gdn_problem *p)
+static CpPlan plan_cp(const gdn_problem *p)
 {
-    cp_plan cp = {1, 0};
-#ifdef GDN_CHUNK_DEV_NO_CP
-    return cp;
-#endif
+    CpPlan cp = {1, 0};
+    if (TUNE_NO_CP)
+        return cp;
     if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % 64 != 0 || p->K % 64 != 0 ||
         p->V % SCAN_ROWS != 0)
         return cp;
@@ -103,9 +102,8 @@ static cp_plan plan_cp(const gdn_problem *p)
     int64_t nseg = min64(sm_count(p) / tiles, cps / CP_MIN_SEG_CHUNKS);
     if (nseg < CP_MIN_SEGS)
         return cp;
-#ifdef GDN_CHUNK_DEV_SEGS /* dev builds: another segment count, for bench comparisons */
-    nseg = min64(GDN_CHUNK_DEV_SEGS > 2 ? GDN_CHUNK_DEV_SEGS : 2, cps); /* CP needs two segments or more */
-#endif
+    if (TUNE_SEGS != 0)
+        nseg = min64(TUNE_SEGS > 2 ? TUNE_SEGS : 2, cps); /* CP needs two segments or more */
     cp.seg_chunks = (cps + nseg - 1) / nseg;
     cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
     return cp;
@@ -114,22 +112,21 @@ static cp_plan plan_cp(const gdn_problem *p)
 /* Value heads per chunk_prep CTA: the most (a divisor of G, at most PREP_MAX_HEADS) that still
  * leave two waves of resident CTAs, since one CTA is one serial chain and a group's heads run one
  * after another: grouping saves the shared Q / K part (loads, norms, K K^T, Q K^T) but at a few
- * CTAs per SM lengthens the chains that then set the time. GDN_CHUNK_DEV_PREP_HEADS caps the
- * group in dev builds, without the wave rule (tests: every G takes the grouped path). */
+ * CTAs per SM lengthens the chains that then set the time. TUNE_PREP_HEADS caps the group
+ * without the wave rule. */
 static int64_t prep_heads_for(const gdn_problem *p, int64_t slots)
 {
-#ifdef GDN_CHUNK_DEV_PREP_HEADS
-    for (int64_t nh = GDN_CHUNK_DEV_PREP_HEADS < PREP_MAX_HEADS ? GDN_CHUNK_DEV_PREP_HEADS : PREP_MAX_HEADS; nh > 1; --nh)
-        if (p->G % nh == 0)
-            return nh;
-    return 1;
-#else
+    if (TUNE_PREP_HEADS != 0) {
+        for (int64_t nh = TUNE_PREP_HEADS < PREP_MAX_HEADS ? TUNE_PREP_HEADS : PREP_MAX_HEADS; nh > 1; --nh)
+            if (p->G % nh == 0)
+                return nh;
+        return 1;
+    }
     const int64_t resident = (int64_t)sm_count(p) * PREP_CTAS;
     for (int64_t nh = PREP_MAX_HEADS; nh > 1; --nh)
         if (p->G % nh == 0 && slots * p->HV / nh >= 2 * resident)
             return nh;
     return 1;
-#endif
 }
 
 /* launch_coop's counters: one int per value head and block of FLAG_BLOCK slots. */
@@ -143,7 +140,7 @@ static size_t chunk_ws_bytes(const gdn_problem *p)
     return (size_t)slots * (size_t)p->HV * WS_CHUNK + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
 }
 
-static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
+static size_t cp_ws_bytes(const gdn_problem *p, const CpPlan &cp)
 {
     if (cp.seg_chunks == 0)
         return 0;
@@ -153,8 +150,8 @@ static size_t cp_ws_bytes(const gdn_problem *p, const cp_plan &cp)
 /* One launch (cooperative: every CTA resident at once, or cudaErrorCooperativeLaunchTooLarge), with
  * the kernel's dynamic shared memory limit raised to smem first; the error of that launch alone
  * (not one an earlier call left pending). */
-static cudaError_t launch_raw(void (*kernel)(const params), int64_t ctas, int threads, int smem, cudaStream_t stream,
-                              const params &prm, bool cooperative)
+static cudaError_t launch_raw(void (*kernel)(const ChunkParams), int64_t ctas, int threads, int smem, cudaStream_t stream,
+                              const ChunkParams &prm, bool cooperative)
 {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess)
@@ -172,35 +169,35 @@ static cudaError_t launch_raw(void (*kernel)(const params), int64_t ctas, int th
     return cudaLaunchKernelEx(&cfg, kernel, prm);
 }
 
-static gdn_status launch_kernel(void (*kernel)(const params), int64_t ctas, int threads, int smem,
-                                cudaStream_t stream, const params &prm, const char *what)
+static gdn_status launch_kernel(void (*kernel)(const ChunkParams), int64_t ctas, int threads, int smem,
+                                cudaStream_t stream, const ChunkParams &prm, const char *what)
 {
     return gdn_cuda_check(launch_raw(kernel, ctas, threads, smem, stream, prm, false), what);
 }
 
 template <typename T, int K>
-static gdn_status launch_prep(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_prep(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
     auto prep = prm.prep_heads > 1 ? chunk_prep_kernel<K, T, true> : chunk_prep_kernel<K, T, false>;
-    return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, prep_smem<K>::BYTES, stream, prm,
+    return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, PrepSmem<K>::BYTES, stream, prm,
                          "chunk_prep launch");
 }
 
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
 template <typename T, int K, bool PRE>
-static gdn_status launch_wg(const params &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
+static gdn_status launch_wg(const ChunkParams &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     const int64_t rows = PRE ? p->V + K : p->V;
-    return launch_kernel(chunk_wg_kernel<K, T, PRE>, nseg * p->N * p->HV * (rows / 64), wg_cfg<PRE>::THREADS,
-                         wg_smem<K, PRE>::BYTES, stream, prm, "chunk_wg launch");
+    return launch_kernel(chunk_wg_kernel<K, T, PRE>, nseg * p->N * p->HV * (rows / 64), WgConfig<PRE>::THREADS,
+                         WgSmem<K, PRE>::BYTES, stream, prm, "chunk_wg launch");
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
  * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
 template <typename T, int K>
-static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_cp(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     gdn_status st = launch_prep<T, K>(prm, p, stream);
     if (st != GDN_OK)
@@ -221,35 +218,31 @@ static gdn_status launch_cp(const params &prm, const gdn_problem *p, cudaStream_
  * acquire load) before copying its records. A cooperative launch guarantees that every CTA is
  * resident at once (or fails to launch), so the waits always end, also where kernels are
  * serialized (compute-sanitizer, profilers' replay). Taken when the main pass needs at most half
- * the SMs. GDN_CHUNK_DEV_NO_COOP turns it off (dev builds: comparisons). */
+ * the SMs (unless TUNE_NO_COOP). */
 static bool coop_fits(const gdn_problem *p)
 {
-#ifdef GDN_CHUNK_DEV_NO_COOP
-    return false;
-#else
-    return p->T > 0 && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
-#endif
+    return !TUNE_NO_COOP && p->T > 0 && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
 }
 
 /* chunk_prep, then the main pass. */
-template <typename T, int K> static gdn_status launch_two(const params &prm, const gdn_problem *p, cudaStream_t stream)
+template <typename T, int K> static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     const gdn_status st = launch_prep<T, K>(prm, p, stream);
     return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
 }
 
 template <typename T, int K>
-static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
     gdn_status st;
     auto wg = chunk_wg_kernel<K, T, false>;
-    constexpr int WB = wg_smem<K, false>::BYTES;
+    constexpr int WB = WgSmem<K, false>::BYTES;
     int per_sm = 0;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
                              "chunk_wg smem")) != GDN_OK ||
-        (st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, wg_cfg<false>::THREADS, WB),
+        (st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, WgConfig<false>::THREADS, WB),
                              "chunk_wg occupancy")) != GDN_OK)
         return st;
     const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
@@ -259,17 +252,19 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
     prm.coop_main = main_ctas;
     int flags0 = 0;
 #ifdef GDN_CHUNK_DEV_COOP_PROBE
-    /* Dev builds: from the second call on (records and output of the first stay in place; bench
-     * with one shape per process), time the prep units alone (1) or the main pass alone (2, with
-     * every flag set before the launch; 3, also without polling). */
+    /* Probes start at the second call (bench one shape per process). */
     static int calls = 0;
-    prm.probe = calls++ > 0 ? GDN_CHUNK_DEV_COOP_PROBE : 0;
-    flags0 = prm.probe >= 2 ? 1 : 0;
+    static int probe = 0;
+    probe = calls++ > 0 ? TUNE_COOP_PROBE : 0;
+    flags0 = probe >= 2 ? 1 : 0;
+    if ((st = gdn_cuda_check(cudaMemcpyToSymbolAsync(coop_probe, &probe, sizeof probe, 0, cudaMemcpyHostToDevice, stream),
+                             "chunk probe")) != GDN_OK)
+        return st;
 #endif
     if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, coop_flag_bytes(prm.slots, p->HV), stream),
                              "chunk flags")) != GDN_OK)
         return st;
-    const cudaError_t e = launch_raw(wg, ctas, wg_cfg<false>::THREADS, WB, stream, prm, true);
+    const cudaError_t e = launch_raw(wg, ctas, WgConfig<false>::THREADS, WB, stream, prm, true);
     if (e == cudaErrorCooperativeLaunchTooLarge) {
         /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
         (void)cudaGetLastError();
@@ -281,7 +276,7 @@ static gdn_status launch_coop(params prm, const gdn_problem *p, cudaStream_t str
 
 /* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid. */
 template <typename T, int K>
-static gdn_status launch_all(const params &prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_all(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (prm.seg_chunks > 0)
         return launch_cp<T, K>(prm, p, stream);
@@ -345,7 +340,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA chunk path's grid",
                              (long long)p->T, (long long)p->HV);
 
-    params prm = {};
+    ChunkParams prm = {};
     prm.T = p->T;
     prm.N = p->N;
     prm.HV = p->HV;
@@ -388,9 +383,9 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.ht_s[i] = p->final_state.s[i];
     }
     prm.ws = static_cast<unsigned char *>(p->workspace);
-    cp_plan cp = plan_cp(p);
+    CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < need + cp_ws_bytes(p, cp))
-        cp = cp_plan{1, 0}; /* a workspace sized for the plain path: run that */
+        cp = CpPlan{1, 0}; /* a workspace sized for the plain path: run that */
     prm.seg_chunks = cp.seg_chunks;
     prm.nseg = cp.nseg;
     if (cp.seg_chunks > 0) {

@@ -17,7 +17,7 @@ namespace gdn_chunk {
 constexpr int PREP_MAX_HEADS = 4;
 static_assert(PREP_MAX_HEADS <= 4, "chunk_prep: one cumsum warp per head, 4 warps");
 
-template <int K> struct prep_smem {
+template <int K> struct PrepSmem {
     static constexpr int QK = C * K * 2;         /* Q and K tiles, bytes each */
     /* f32 matrix row pitch: 68 = 4 mod 32 banks, so the tf32 A fragments (rows g, columns t) of
      * the inverse read 32 different banks; rows stay 16-byte aligned for the float4 row reads. */
@@ -40,14 +40,14 @@ template <int LD> __device__ __forceinline__ float *kk_home(float *As, float *Ts
  * f32-class accuracy, far below the bf16 / f16 rounding of the Tb they feed. */
 /* The three partial products of 3xTF32 in separate accumulators (three independent mma chains
  * instead of one); sum() adds them in a fixed order. */
-struct acc3 {
+struct Acc3 {
     float hh[4], hl[4], lh[4];
     __device__ __forceinline__ float sum(int e) const { return (lh[e] + hl[e]) + hh[e]; }
 };
 
 /* c += X Y: X a 16 x 16 block, Y a 16 x 8 block, both f32 in shared memory with row pitch LD. */
 template <int LD>
-__device__ __forceinline__ void mma_16x8_f32(acc3 &c, const float *X, const float *Y, int g, int t)
+__device__ __forceinline__ void mma_16x8_f32(Acc3 &c, const float *X, const float *Y, int g, int t)
 {
 #pragma unroll
     for (int ks = 0; ks < 16; ks += 8) {
@@ -62,7 +62,7 @@ __device__ __forceinline__ void mma_16x8_f32(acc3 &c, const float *X, const floa
 }
 
 template <int LD>
-__device__ __forceinline__ void store_16x8(float *dst, const acc3 &c, float sign, int g, int t)
+__device__ __forceinline__ void store_16x8(float *dst, const Acc3 &c, float sign, int g, int t)
 {
     *reinterpret_cast<float2 *>(dst + g * LD + 2 * t) = make_float2(sign * c.sum(0), sign * c.sum(1));
     *reinterpret_cast<float2 *>(dst + (g + 8) * LD + 2 * t) = make_float2(sign * c.sum(2), sign * c.sum(3));
@@ -78,7 +78,7 @@ template <int LD, int NI>
 __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i0, int j, int n0, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    acc3 s[NI] = {}, r[NI] = {};
+    Acc3 s[NI] = {}, r[NI] = {};
 #pragma unroll
     for (int ii = 0; ii < NI; ++ii)
         for (int kb = j; kb < i0; ++kb)
@@ -150,22 +150,13 @@ __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (
 }
 
 /* The workspace record of (value head hv, chunk slot). */
-__device__ __forceinline__ unsigned char *ws_head(const params &p, int64_t hv, int64_t slot)
+__device__ __forceinline__ unsigned char *ws_head(const ChunkParams &p, int64_t hv, int64_t slot)
 {
     return p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
 }
 
-/* CTAs per SM the registers of chunk_prep are fitted to: 5 (96 registers, no spills; 6 would
- * spill ~350 bytes) measured up to 3.5 % faster in all than 4 on an H100 where prep is a large
- * share (0.924 vs 0.957 ms at T = 65536, H = 2, HV = 8), within +-1 % elsewhere (measured before
- * the tensor-core inverse; 5 x 35.3 KB of shared memory still fit). Dev builds may try others. */
 constexpr float G_FLOOR = -40.f; /* log decays below it are raised to it (chunk_prep) */
 
-#ifdef GDN_CHUNK_DEV_PREP_CTAS
-constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
-#else
-constexpr int PREP_CTAS = 5;
-#endif
 
 /* Named barriers (ids 1 ..; 0 is __syncthreads). */
 __device__ __forceinline__ void bar_arrive(int id, int threads)
@@ -187,22 +178,21 @@ __device__ __forceinline__ void unit_sync(int bar)
         bar_sync(bar, 128);
 }
 
-/* GROUPED = false: one head per CTA, nh = 1 at compile time (no head loops). The grouped kernel
- * run with nh = 1 measured 2-5 % slower end to end than the one-head kernel before it at the
- * shapes without GVA (H100, dev/prefill/README.md). */
+/* GROUPED = false: one head per CTA, nh = 1 at compile time: the head loops of the grouped kernel
+ * cost time at shapes without GVA. */
 /* A chunk_prep work item: the chunk in slot `slot` of value heads hv0 .. hv0 + nh - 1 (nh divides
  * G: heads of one key head), cl of its tokens real (0: no chunk in this slot). */
-struct prep_item {
-    seq_info sq;
+struct PrepItem {
+    SeqInfo sq;
     int64_t slot, t0, h;
     int hv0, nh, cl;
 };
 
 /* Item `item` of the chunk_prep grid: groups of nh value heads fastest, the groups that share a key
  * head together, so all but the first find its Q / K rows in L2. */
-template <bool GROUPED> __device__ __forceinline__ prep_item prep_locate(const params &p, int64_t item)
+template <bool GROUPED> __device__ __forceinline__ PrepItem prep_locate(const ChunkParams &p, int64_t item)
 {
-    prep_item it;
+    PrepItem it;
     it.nh = GROUPED ? (int)p.prep_heads : 1;
     const unsigned groups = (unsigned)(p.HV / it.nh);
     it.slot = item / groups;
@@ -234,17 +224,11 @@ template <bool GROUPED> __device__ __forceinline__ prep_item prep_locate(const p
 
 /* launch_coop counts the items done per value head and block of FLAG_BLOCK slots: the main pass
  * polls once per block instead of once per chunk (a poll's round trip to L2 sits on its copy
- * threads' path: polling every chunk cost it 14 % at B1_T32768_H16_HV32, H100), at the price of
- * waiting for a whole block of records. */
-#ifdef GDN_CHUNK_DEV_FLAG_BLOCK
-constexpr int FLAG_BLOCK = GDN_CHUNK_DEV_FLAG_BLOCK;
-#else
-constexpr int FLAG_BLOCK = 4;
-#endif
+ * threads' path), at the price of waiting for a whole block of records. */
 __host__ __device__ __forceinline__ int64_t flag_blocks(int64_t slots) { return (slots + FLAG_BLOCK - 1) / FLAG_BLOCK; }
 
 /* launch_coop: the item's records are written (or it has none): one more for its block. */
-__device__ __forceinline__ void prep_release(const params &p, int hv0, int nh, int64_t slot, int tid)
+__device__ __forceinline__ void prep_release(const ChunkParams &p, int hv0, int nh, int64_t slot, int tid)
 {
     if (p.ready && tid < nh)
         asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p.ready + (hv0 + tid) * flag_blocks(p.slots) + slot / FLAG_BLOCK),
@@ -255,7 +239,7 @@ __device__ __forceinline__ void prep_release(const params &p, int hv0, int nh, i
 /* Q and K of the item into Qs / Ks (one cp.async group): thread tid copies 16-byte column chunk
  * ch of rows r0, r0 + RP, ... */
 template <int K, typename T>
-__device__ __forceinline__ void prep_issue_qk(const params &p, const prep_item &it, int tid, T *Qs, T *Ks)
+__device__ __forceinline__ void prep_issue_qk(const ChunkParams &p, const PrepItem &it, int tid, T *Qs, T *Ks)
 {
     constexpr int KC = K / 8, RP = 128 / KC;
     const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k);
@@ -278,11 +262,11 @@ __device__ __forceinline__ void prep_issue_qk(const params &p, const prep_item &
 /* The raw gate inputs of a thread's tokens (index tid + 128 j over [head][token]): g or a, and
  * beta, loaded apart from their use so that a unit can fetch the next item's during this one. */
 constexpr int PREP_GATES_PER_THREAD = PREP_MAX_HEADS * C / 128;
-struct prep_gates {
+struct PrepGates {
     float g[PREP_GATES_PER_THREAD], b[PREP_GATES_PER_THREAD];
 };
 
-__device__ __forceinline__ void prep_load_gates(const params &p, const prep_item &it, int tid, prep_gates &r)
+__device__ __forceinline__ void prep_load_gates(const ChunkParams &p, const PrepItem &it, int tid, PrepGates &r)
 {
 #pragma unroll
     for (int j = 0; j < PREP_GATES_PER_THREAD; ++j) {
@@ -299,7 +283,7 @@ __device__ __forceinline__ void prep_load_gates(const params &p, const prep_item
 
 /* The gates of every head of the item: token r of head hh at [hh * C + r]; padding tokens get no
  * decay and no write (g = beta = 0). */
-__device__ __forceinline__ void prep_store_gates(const params &p, const prep_item &it, int tid, const prep_gates &r,
+__device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const PrepItem &it, int tid, const PrepGates &r,
                                                  float *graw, float *bet)
 {
 #pragma unroll
@@ -328,13 +312,13 @@ __device__ __forceinline__ void prep_store_gates(const params &p, const prep_ite
 
 /* The rest of an item once its Q, K (in buf) and gates (in gates) are in shared memory and the
  * unit has synchronized: norms, decays, masks, the inverse, the records. buf holds Q and K, then
- * A and T in their place; gates holds prep_smem's GATES part. */
+ * A and T in their place; gates holds PrepSmem's GATES part. */
 template <int K, typename T, bool GROUPED>
-__device__ __forceinline__ void prep_body(const params &p, int hv0, int64_t slot, int tid, unsigned char *buf,
+__device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t slot, int tid, unsigned char *buf,
                                           float *gates, int bar)
 {
     constexpr int KC = K / 8;
-    constexpr int LD = prep_smem<K>::LD;
+    constexpr int LD = PrepSmem<K>::LD;
     T *Qs = reinterpret_cast<T *>(buf);
     T *Ks = Qs + C * K;
     float *As = reinterpret_cast<float *>(buf);
@@ -566,12 +550,12 @@ __device__ __forceinline__ void prep_body(const params &p, int hv0, int64_t slot
     }
 }
 
-/* One item, start to end, in one prep_smem region. */
+/* One item, start to end, in one PrepSmem region. */
 template <int K, typename T, bool GROUPED>
-__device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int tid, unsigned char *smem, int bar)
+__device__ __forceinline__ void prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem, int bar)
 {
-    using L = prep_smem<K>;
-    const prep_item it = prep_locate<GROUPED>(p, item);
+    using L = PrepSmem<K>;
+    const PrepItem it = prep_locate<GROUPED>(p, item);
     if (it.cl == 0) {
         /* With launch_coop a main-pass CTA may still wait on this slot when cu_seqlens is
          * malformed: release it, records untouched, so that such input gives wrong output as on
@@ -582,7 +566,7 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
     T *Qs = reinterpret_cast<T *>(smem);
     float *gates = reinterpret_cast<float *>(smem + L::BYTES - L::GATES);
     prep_issue_qk<K, T>(p, it, tid, Qs, Qs + C * K);
-    prep_gates g;
+    PrepGates g;
     prep_load_gates(p, it, tid, g);
     prep_store_gates(p, it, tid, g, gates + 2 * PREP_MAX_HEADS * C, gates + PREP_MAX_HEADS * C);
     cp_async_wait<0>();
@@ -591,7 +575,7 @@ __device__ __forceinline__ void prep_chunk(const params &p, int64_t item, int ti
 }
 
 template <int K, typename T, bool GROUPED>
-__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const params p)
+__global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const ChunkParams p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     prep_chunk<K, T, GROUPED>(p, blockIdx.x, threadIdx.x, smem, 0);

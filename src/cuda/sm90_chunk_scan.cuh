@@ -14,22 +14,16 @@ namespace gdn_chunk {
 /* S^T), the segments in order; M_j^T is staged in shared memory (the next one is already       */
 /* loading into registers while this one is applied), S^T stays there between segments. Each   */
 /* thread owns 4 adjacent d of one row: a float4 of M^T per step of the sum, no bank conflicts. */
-/* At B1_T8192_H2_HV8 it takes 32 us (ncu, H100, base clocks). Every CTA of a pair reads all of */
-/* each M_j, but more rows a CTA (fewer reads) measured slower: 16 rows 1.12x, 32 rows 1.41x of */
-/* the call's time with 8 (the FMAs of a step gather on fewer SMs).                              */
+/* Every CTA of a pair reads all of each M_j; more rows a CTA would read less but gather the    */
+/* FMAs of a step on fewer SMs, which costs more (SCAN_ROWS, sm90_chunk_tuning.cuh).            */
 
-#ifdef GDN_CHUNK_DEV_SCAN_ROWS
-constexpr int SCAN_ROWS = GDN_CHUNK_DEV_SCAN_ROWS;
-#else
-constexpr int SCAN_ROWS = 8;
-#endif
 static_assert(SCAN_ROWS * 128 / 4 <= 1024 && 64 % SCAN_ROWS == 0, "cp_scan: 1024 threads at K = 128, V = 64 tiles");
 
 template <int K> constexpr int scan_threads() { return SCAN_ROWS * K / 4; }
 template <int K> constexpr int scan_smem_bytes() { return (K * K + SCAN_ROWS * K) * 4; }
 
 template <int K>
-__global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const params p)
+__global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const ChunkParams p)
 {
     constexpr int D4 = K / 4, THREADS = scan_threads<K>(), ML = K * K / 4 / THREADS;
     extern __shared__ __align__(128) unsigned char smem[];

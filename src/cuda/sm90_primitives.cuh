@@ -7,9 +7,9 @@
  * ordering fences and the accumulator fragment map. tests/test_cuda_primitives.cu checks them on
  * the GPU against float64.
  *
- * Naming in src/cuda: functions, variables and kernel-internal structs in snake_case; compile-time
- * constants in UPPER_CASE; parameter structs of a kernel family in PascalCase (RecurrentParams,
- * ChunkParams) since they cross the host/device line; C entry points gdn_cuda_*.
+ * Naming in src/cuda: types in PascalCase (Tf32Pair, ChunkParams, RecurrentParams); functions and
+ * variables in snake_case; compile-time constants in UPPER_CASE (BOX_BYTES, TOKEN_CHUNK); type
+ * traits in snake_case as the standard library's (is_f16); C entry points gdn_cuda_*.
  *
  * Tile convention: a "box" is 64 rows x 64 elements of 2 bytes (128 bytes a row, 8 KB), 1024-byte
  * aligned, with the 16-byte chunk c of row r stored at chunk c ^ (r % 8): the layout of TMA's

@@ -23,9 +23,8 @@ template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shar
 }
 
 /* The fast path's launch shape: tile rows per CTA and warps per CTA. The largest tile that still
- * gives about two CTAs per SM (132 on an H100). Two warps per CTA for f32 single-token decode (more
- * CTAs fit per SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows).
- * Measured: bench_decode --variants and --tiles. Host side; the launcher and the benchmark share it. */
+ * gives about two CTAs per SM. Two warps per CTA for f32 single-token decode (more CTAs fit per
+ * SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows). */
 struct TmaTile {
     int rows, warps;
 };
@@ -35,9 +34,8 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
 {
     constexpr int ROWS_PER_WARP = 4 * default_rows_per_lane<K, StateT>();
     int rows = tile_rows<K, StateT>();
-    /* bf16 state, two tokens: half the tile measured faster from 2048 (sequence, head) pairs on
-     * (K = 128, HV = 32, H100, same run: 66.6 against 73.3 us at B = 64, 232.3 against 242.3 at
-     * B = 256); at B = 32 equal cold and 7 % slower hot */
+    /* bf16 state, two tokens: from 2048 (sequence, head) pairs on, half the tile spreads the
+     * token loops over more CTAs */
     if (sizeof(StateT) == 2 && !varlen && T == 2 && N * HV >= 2048)
         rows /= 2;
     while (rows > ROWS_PER_WARP && N * HV * ((V + rows - 1) / rows) < 256)
@@ -53,32 +51,27 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
 }
 
 /* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
- * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs. Measured on
- * the H100 (dev/decode/README.md; K = V = 128, about 5 resident CTAs per SM, calls back to back
- * under graph replay): 0.5-1.0 us faster per call when the grid has at most 2 CTAs per SM (B = 1;
- * bf16 B = 8) and 0-4% faster when it takes more than one wave (B >= 32), but 4-18% slower at
- * 3.9 CTAs per SM (f32 B = 8; an inference: the next call's CTAs take the free places early and
- * end up spread unevenly). */
+ * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs: it pays for
+ * grids of at most two CTAs per SM and for grids of more than one wave; in between the next call's
+ * CTAs take the free places early and end up spread unevenly. */
 inline bool tma_use_pdl(int64_t ctas, int sms)
 {
     return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
 }
 
-/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4).
- * Measured (bench_decode --mma, H100, K = V = 128, HV = 32, T = 2..8, B = 1..256): 4 warps of
- * 64 rows are the best f32 tile at every batch (smaller tiles, even for B = 1, were up to 3x
- * slower: the stage and the chunk's small products are paid per CTA); bf16 takes 128 rows (two
- * passes per warp) from 1024 (sequence, head) pairs on (B = 32: 50.2 against 53.6 us at T = 4),
- * 64 below (B = 8: 15.6 against 16.5). Host side; the launcher and the benchmark share it. */
+/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4). 4 warps
+ * of 64 rows for f32 at every batch (the stage and the chunk's small products are paid per CTA, so
+ * smaller tiles cost more); bf16 takes 128 rows (two passes per warp) from 1024 (sequence, head)
+ * pairs on, 64 below. */
 template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
 {
     int rows = tile_rows<K, StateT>();
     if (N * HV < 1024 && rows > 64)
         rows = 64;
-    const int64_t v_rounded = (V + kMmaRows - 1) / kMmaRows * kMmaRows;
+    const int64_t v_rounded = (V + MMA_ROWS - 1) / MMA_ROWS * MMA_ROWS;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
+    const int warps = rows / MMA_ROWS < 4 ? rows / MMA_ROWS : 4;
     return TmaTile{rows, warps};
 }
 
