@@ -50,7 +50,7 @@ note "memcheck primitives: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | ta
 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" basic mid_heads cp_small \
     >"$OUT/racecheck.log" 2>&1
 note "racecheck chunk: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
-compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode options \
+compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode single_token_paths multi_token_paths \
     >>"$OUT/racecheck.log" 2>&1
 note "racecheck recurrent: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_primitives" >>"$OUT/racecheck.log" 2>&1

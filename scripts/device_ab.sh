@@ -6,13 +6,16 @@
 # one table of before / after / ratio (medians over the rounds; ratio = after / before, < 1 faster).
 #   device tool: run(command="bash scripts/device_ab.sh .ab/base .", carry=[".ab/base"])
 #   where .ab/base is `git archive <base commit> | tar -x -C .ab/base`.
-# Env: ROUNDS (default 2: A B B A), AB_DECODE_T / AB_DECODE_B (comma lists; default the whole
-# sweep), OUT (logs and ab-table.txt; default ./out-ab). About 6-7 minutes on an H100 with 16 cores.
+# Env: ROUNDS (default 2: A B, then B A), AB_BUDGET_S (default 450: no round starts that would end
+# past it, counted from the start, builds included), AB_DECODE_T / AB_DECODE_B (comma lists;
+# default the whole sweep), OUT (logs and ab-table.txt; default ./out-ab). Under 8 minutes on an
+# H100 with 16 cores.
 set -u -o pipefail
 base=$(cd "${1:?base tree}" && pwd)
 new=$(cd "${2:-.}" && pwd)
 OUT=${OUT:-$PWD/out-ab}
 ROUNDS=${ROUNDS:-2}
+BUDGET=${AB_BUDGET_S:-450}
 mkdir -p "$OUT"
 ARCH=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr)
 jobs=$(( $(nproc) / 2 ))
@@ -24,9 +27,9 @@ build() { # tree name: the tree's static library, then its benchmarks against it
     local lib=$b/libgdn_static.a
     # bench_decode of trees before issue 15 includes private headers (-I src); the timed part is the
     # public API in both.
-    nvcc "${ARCH[@]}" -I"$t/include" -I"$t/src" -DGDN_WITH_CUDA "$t/bench/bench_prefill.cu" "$lib" -lpthread \
+    nvcc "${ARCH[@]}" -I"$t/include" -I"$t/src" -DGDN_WITH_CUDA "$t/bench/bench_prefill.cu" "$lib" -lpthread -lm \
         -o "$b/bench_prefill" >>"$OUT/build-$2.log" 2>&1 &&
-        nvcc "${ARCH[@]}" -I"$t/include" -I"$t/src" -DGDN_WITH_CUDA "$t/bench/bench_decode.cu" "$lib" -lpthread \
+        nvcc "${ARCH[@]}" -I"$t/include" -I"$t/src" -DGDN_WITH_CUDA "$t/bench/bench_decode.cu" "$lib" -lpthread -lm \
             -o "$b/bench_decode" >>"$OUT/build-$2.log" 2>&1
 }
 
@@ -49,16 +52,23 @@ run() { # which round
     "$b/bench_decode" --tsv "$OUT/decode-$w-$r.tsv" "${dargs[@]}" >"$OUT/decode-$w-$r.log" 2>&1 ||
         { echo "bench_decode ($w) failed"; tail -20 "$OUT/decode-$w-$r.log"; exit 1; }
 }
+done_rounds=0
 for r in $(seq 1 "$ROUNDS"); do
+    t1=$(date +%s)
+    if [ $r -gt 1 ] && [ $(( t1 - t0 + round_s )) -gt "$BUDGET" ]; then
+        echo "round $r skipped: it would end past AB_BUDGET_S = $BUDGET s"
+        break
+    fi
     if [ $((r % 2)) = 1 ]; then order="base new"; else order="new base"; fi
     for w in $order; do
-        t1=$(date +%s)
         run "$w" "$r"
-        echo "round $r $w: $(( $(date +%s) - t1 )) s"
     done
+    round_s=$(( $(date +%s) - t1 ))
+    done_rounds=$r
+    echo "round $r ($order): $round_s s"
 done
 
-python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/ab-table.txt"
+python3 - "$OUT" "$done_rounds" <<'PY' | tee "$OUT/ab-table.txt"
 import statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def prefill(w):

@@ -838,7 +838,9 @@ static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t 
     return GDN_OK;
 }
 
-/* The call needs the backend's least workspace; the query's (larger) size is only for the message. */
+/* The one workspace check of every op (gdn.h): the backend's least workspace, 256-byte aligned (what
+ * cudaMalloc returns, and more than any kernel's copies need); the query's (larger) size is only
+ * for the message. */
 static gdn_status check_workspace(const fwd_op *op, const gdn_problem *p)
 {
     const size_t need = fwd_workspace(op, p, 1);
