@@ -8,20 +8,21 @@
 #   where .ab/base is `git archive <base commit> | tar -x -C .ab/base`.
 # Env: ROUNDS (default 2: A B, then B A), AB_BUDGET_S (default 450: no round starts that would end
 # past it, counted from the start, builds included), AB_DECODE_T / AB_DECODE_B (comma lists;
-# default the whole sweep), OUT (logs and ab-table.txt; default ./out-ab). Under 8 minutes on an
-# H100 with 16 cores.
+# default the whole sweep), OUT (logs and ab-table.txt; default ./out-ab), AB_BUILD (the two builds;
+# default ./build-ab). Under 8 minutes on an H100 with 16 cores.
 set -u -o pipefail
 base=$(cd "${1:?base tree}" && pwd)
 new=$(cd "${2:-.}" && pwd)
 OUT=${OUT:-$PWD/out-ab}
 ROUNDS=${ROUNDS:-2}
 BUDGET=${AB_BUDGET_S:-450}
+BUILD=$(mkdir -p "${AB_BUILD:-build-ab}" && cd "${AB_BUILD:-build-ab}" && pwd)
 mkdir -p "$OUT"
 ARCH=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr)
 jobs=$(( $(nproc) / 2 ))
 
 build() { # tree name: the tree's static library, then its benchmarks against it
-    local t=$1 b=$OUT/build-$2
+    local t=$1 b=$BUILD/$2
     cmake -S "$t" -B "$b" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build-$2.log" 2>&1 &&
         cmake --build "$b" -j"$jobs" --target gdn_static >>"$OUT/build-$2.log" 2>&1 || return 1
     local lib=$b/libgdn_static.a
@@ -47,7 +48,7 @@ dargs=()
 [ -n "${AB_DECODE_T:-}" ] && dargs+=(--T "$AB_DECODE_T")
 [ -n "${AB_DECODE_B:-}" ] && dargs+=(--B "$AB_DECODE_B")
 run() { # which round
-    local w=$1 r=$2 b=$OUT/build-$1
+    local w=$1 r=$2 b=$BUILD/$1
     "$b/bench_prefill" - >"$OUT/prefill-$w-$r.txt" 2>&1 || { echo "bench_prefill ($w) failed"; cat "$OUT/prefill-$w-$r.txt"; exit 1; }
     "$b/bench_decode" --tsv "$OUT/decode-$w-$r.tsv" "${dargs[@]}" >"$OUT/decode-$w-$r.log" 2>&1 ||
         { echo "bench_decode ($w) failed"; tail -20 "$OUT/decode-$w-$r.log"; exit 1; }

@@ -1,5 +1,6 @@
 /*
- * cuda_common.cuh - shared helpers for the CUDA backend: dtype loads/stores, launch checks.
+ * cuda_common.cuh - shared helpers for the CUDA backend: runtime-error checks, the device guard of
+ * the backend entries, dtype loads and stores.
  */
 #ifndef GDN_CUDA_COMMON_CUH
 #define GDN_CUDA_COMMON_CUH
@@ -17,6 +18,34 @@ static inline gdn_status gdn_cuda_check(cudaError_t err, const char *what)
         return GDN_OK;
     return gdn_set_error(GDN_ERR_CUDA, "%s: %s", what, cudaGetErrorString(err));
 }
+
+/* Makes the problem's device current for one backend entry and restores the caller's on leaving:
+ * kernel launches, attributes and occupancy queries act on the current device. */
+class DeviceGuard {
+  public:
+    gdn_status enter(int ordinal)
+    {
+        int current = 0;
+        cudaError_t err = cudaGetDevice(&current);
+        if (err != cudaSuccess)
+            return gdn_set_error(GDN_ERR_CUDA, "cudaGetDevice: %s", cudaGetErrorString(err));
+        if (current != ordinal) {
+            err = cudaSetDevice(ordinal);
+            if (err != cudaSuccess)
+                return gdn_set_error(GDN_ERR_CUDA, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(err));
+            previous_ = current;
+        }
+        return GDN_OK;
+    }
+    ~DeviceGuard()
+    {
+        if (previous_ >= 0)
+            cudaSetDevice(previous_);
+    }
+
+  private:
+    int previous_ = -1;
+};
 
 template <typename T> __device__ __forceinline__ float gdn_to_f32(T x);
 template <> __device__ __forceinline__ float gdn_to_f32<float>(float x) { return x; }

@@ -58,6 +58,10 @@ __global__ void gating_kernel(const GatingParams p)
 
 extern "C" gdn_status gdn_cuda_gating(const gdn_gating_problem *p)
 {
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
     GatingParams prm = {};
     prm.T = p->T;
     prm.HV = p->HV;

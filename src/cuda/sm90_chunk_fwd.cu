@@ -312,6 +312,10 @@ static bool aligned16(const void *ptr, const int64_t *s, int n)
 
 extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
 {
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
     if (p->gate_kind != GDN_GATE_GDN)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_chunk_fwd: KDA gates are not supported on CUDA");
     if (p->q.dtype != GDN_DTYPE_BF16 && p->q.dtype != GDN_DTYPE_F16)

@@ -152,6 +152,10 @@ extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
 
 extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
 {
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
     if (p->gate_kind != GDN_GATE_GDN)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
     if (p->N == 0 || p->HV == 0 || p->V == 0)
