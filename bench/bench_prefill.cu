@@ -3,8 +3,8 @@
  * at the six prefill shapes of issue 4, under CUDA graph replay and eagerly, and prints one line
  * per shape: milliseconds, tokens/s and TFLOP/s counted as 4 * T * HV * d^2.
  *
- *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude bench/bench_prefill.cu \
- *        build/libgdn_static.a -o bench_prefill && ./bench_prefill [out.txt|-] [shape substring]
+ *   cmake -S . -B build -DGDN_BENCH=ON && cmake --build build --target bench_prefill
+ *   build/bench_prefill [out.txt|-] [shape substring]
  *
  * Varlen shape 4 draws its 64 lengths from the LCG shared with bench/fla_prefill.py, so both see
  * the same cu_seqlens. Outputs are checked for NaN / Inf / poison before timing.

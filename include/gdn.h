@@ -196,7 +196,8 @@ typedef struct gdn_chunk_fwd_args {
 
     gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
 
-    void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes; CPU: ignored */
+    void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes, 256-byte aligned (as cudaMalloc
+                              * returns); checked once, before any launch. CPU: ignored */
     size_t workspace_bytes;
     void *stream;            /* cudaStream_t for CUDA tensors */
 } gdn_chunk_fwd_args;
@@ -259,7 +260,7 @@ typedef struct gdn_recurrent_fwd_args {
 
     gdn_tensor o;            /* [B, T, HV, V] same dtype as q */
 
-    void *workspace;         /* gdn_recurrent_fwd_workspace_size() bytes (0 today) */
+    void *workspace;         /* gdn_recurrent_fwd_workspace_size() bytes (0 today), 256-byte aligned */
     size_t workspace_bytes;
     void *stream;
 } gdn_recurrent_fwd_args;

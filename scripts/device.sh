@@ -2,8 +2,8 @@
 # device.sh - the whole-library check on a GPU machine, in one device call: builds libgdn with
 # CMake (CUDA backend, sm_90a), runs every test: the CPU suite through ctest and the CUDA tests,
 # which compare against the float64 reference on fresh random inputs with poisoned outputs; runs
-# `gdn demo` on the GPU, runs compute-sanitizer memcheck on small CUDA cases, and prints a
-# summary last. Logs go to $OUT (default ./out-device).
+# `gdn demo` on the GPU, runs compute-sanitizer memcheck and racecheck on small CUDA cases, and
+# prints a summary last. Logs go to $OUT (default ./out-device).
 #   bash scripts/device.sh                 (device tool: run(command="bash scripts/device.sh"))
 # The per-op benchmarks against FLA have their own harnesses, each one device call:
 #   scripts/device_decode.sh, scripts/device_prefill.sh, scripts/device_python.sh
@@ -28,9 +28,11 @@ note "build: ok ($(( $(date +%s) - t0 )) s)"
 
 ctest --test-dir "$BUILD" --output-on-failure -E test_cuda >"$OUT/ctest.log" 2>&1
 note "ctest (CPU tests, demo): rc=$?, $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
-for t in test_cuda_recurrent test_cuda_chunk; do
-    "$BUILD/tests/$t" >"$OUT/$t.log" 2>&1
-    note "$t: rc=$?, $(tail -1 "$OUT/$t.log")"
+for t in "$BUILD"/tests/test_cuda_*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    "$t" >"$OUT/$n.log" 2>&1
+    note "$n: rc=$?, $(tail -1 "$OUT/$n.log")"
 done
 
 "$BUILD/tools/gdn" demo >"$OUT/demo.log" 2>&1
@@ -43,6 +45,16 @@ note "memcheck recurrent: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tai
 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" varlen odd_lengths cp_small strided \
     >>"$OUT/memcheck.log" 2>&1
 note "memcheck chunk: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_primitives" >>"$OUT/memcheck.log" 2>&1
+note "memcheck primitives: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" basic mid_heads cp_small \
+    >"$OUT/racecheck.log" 2>&1
+note "racecheck chunk: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode single_token_paths multi_token_paths \
+    >>"$OUT/racecheck.log" 2>&1
+note "racecheck recurrent: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_primitives" >>"$OUT/racecheck.log" 2>&1
+note "racecheck primitives: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
 
 echo
 echo "summary ($(cat "$OUT/device.txt"), $(date -u '+%Y-%m-%d %H:%M UTC'))"

@@ -11,16 +11,13 @@
 # fla       bench/fla_prefill.py: FLA beside libgdn, same inputs; accuracy vs float64
 #           (needs .peers/fla carried: run(carry=[".peers/fla"]))
 #
-# Builds the whole library with CMake; if that fails (other work in progress in the tree), builds
-# the chunk path alone with nvcc: api.c, the CPU backend, sm90_chunk_fwd.cu and stubs for the
-# other CUDA entry points.
+# Builds the library, the test and the benchmark with CMake (-DGDN_BENCH=ON).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/prefill_out}
 mkdir -p "$OUT"
 steps=${*:-test sanitize bench fla}
 B=build-device
-ARCH="-gencode=arch=compute_90a,code=sm_90a"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 { date -u; git log -1 --format='commit %H %s' 2>/dev/null; git status --short src tests bench scripts 2>/dev/null; \
@@ -34,44 +31,16 @@ if [ "${USE_PREBUILT:-0}" = 1 ] && [ -f $PRE/libgdn.so ] && [ -x $PRE/test_cuda_
     TEST=$PRE/test_cuda_chunk
     BENCH=$PRE/bench_prefill
     log "prebuilt binaries from $PRE"
-elif cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build.log" 2>&1 &&
-   cmake --build $B -j16 --target gdn gdn_static test_cuda_chunk >>"$OUT/build.log" 2>&1; then
-    LIB=$B/libgdn_static.a
+elif cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DGDN_BENCH=ON >"$OUT/build.log" 2>&1 &&
+   cmake --build $B -j16 --target gdn gdn_static test_cuda_chunk bench_prefill >>"$OUT/build.log" 2>&1; then
     SO=$B/libgdn.so
     TEST=$B/tests/test_cuda_chunk
-    BENCH=
+    BENCH=$B/bench_prefill
     log "cmake build ok ($(( $(date +%s) - t0 )) s)"
 else
-    log "cmake build failed; building the chunk path alone with nvcc (see build.log)"
-    mkdir -p $B/direct
-    cat >$B/direct/stubs.cu <<'EOF'
-#include "problem.h"
-extern "C" gdn_status gdn_cuda_gating(const gdn_gating_problem *p) { (void)p; return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "stub"); }
-extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p) { (void)p; return 0; }
-extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p) { (void)p; return gdn_set_error(GDN_ERR_NOT_IMPLEMENTED, "stub"); }
-EOF
-    objs=()
-    for f in src/api.c src/cpu/*.c; do
-        o=$B/direct/$(basename "$f" .c).o
-        gcc -O2 -std=c11 -DGDN_WITH_CUDA -DGDN_BUILDING_LIBRARY -Iinclude -Isrc -I/usr/local/cuda/include -c "$f" -o "$o" \
-            >>"$OUT/build.log" 2>&1 || { log "gcc $f failed"; exit 1; }
-        objs+=("$o")
-    done
-    for f in src/cuda/sm90_chunk_fwd.cu $B/direct/stubs.cu; do
-        o=$B/direct/$(basename "$f" .cu).cu.o
-        nvcc -O3 -std=c++17 $ARCH --expt-relaxed-constexpr -Xcompiler -fPIC -DGDN_WITH_CUDA -Iinclude -Isrc -c "$f" -o "$o" \
-            >>"$OUT/build.log" 2>&1 || { log "nvcc $f failed"; exit 1; }
-        objs+=("$o")
-    done
-    ar rcs $B/direct/libgdn_static.a "${objs[@]}"
-    nvcc -shared -o $B/direct/libgdn.so "${objs[@]}" -lpthread
-    gcc -O2 -std=c11 -DGDN_WITH_CUDA -Iinclude -Itests -I/usr/local/cuda/include tests/test_cuda_chunk.c tests/test_util.c \
-        $B/direct/libgdn_static.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lpthread -lm -o $B/direct/test_cuda_chunk \
-        >>"$OUT/build.log" 2>&1 || { log "test build failed"; exit 1; }
-    LIB=$B/direct/libgdn_static.a
-    SO=$B/direct/libgdn.so
-    TEST=$B/direct/test_cuda_chunk
-    BENCH=
+    tail -40 "$OUT/build.log"
+    log "cmake build failed (see build.log)"
+    exit 1
 fi
 
 for s in $steps; do
@@ -89,16 +58,12 @@ for s in $steps; do
         log "racecheck (basic, mid_heads, cp_small): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
         ;;
     bench)
-        if [ -z "$BENCH" ]; then
-            BENCH=$B/bench_prefill
-            nvcc -O3 -std=c++17 $ARCH -Iinclude bench/bench_prefill.cu $LIB -lpthread -o $BENCH >>"$OUT/build.log" 2>&1
-        fi
         $BENCH "$OUT/bench_prefill.txt" 2>&1 | tee "$OUT/bench.log"
         log "bench_prefill: rc=$?"
         ;;
     ncu)
         ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy -k regex:chunk_ \
-            --launch-count 4 ${BENCH:-$B/bench_prefill} - T8192 >"$OUT/ncu.log" 2>&1
+            --launch-count 4 $BENCH - T8192 >"$OUT/ncu.log" 2>&1
         log "ncu: rc=$?"
         grep -E "chunk_|Duration|Warp Cycles Per Issued|Stall|Achieved Occupancy|Registers|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.log" | head -60
         ;;

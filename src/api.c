@@ -15,10 +15,6 @@
 #include "gdn.h"
 #include "problem.h"
 
-#ifdef GDN_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 /* ------------------------------------------------------------------------------------------ */
 /* Version, status, errors                                                                     */
 
@@ -289,44 +285,14 @@ static int head_dim_supported(int64_t d) { return d == 64 || d == 128 || d == 25
             return st_;                                                                                            \
     } while (0)
 
-/* Select the device for the call (CUDA: make its ordinal current for the duration). */
-typedef struct device_guard {
-    int restore;
-    int previous;
-} device_guard;
-
-static gdn_status enter_device(const device_ctx *dev, device_guard *guard)
+/* The backend of the call's device must be built in. Device selection is the backend's own: each
+ * CUDA entry makes the problem's device current for its duration. */
+static gdn_status check_backend(const device_ctx *dev)
 {
-    guard->restore = 0;
-    if (dev->type == GDN_DEVICE_CPU)
-        return GDN_OK;
-#ifdef GDN_WITH_CUDA
-    int current = 0;
-    cudaError_t err = cudaGetDevice(&current);
-    if (err != cudaSuccess)
-        return gdn_set_error(GDN_ERR_CUDA, "cudaGetDevice: %s", cudaGetErrorString(err));
-    if (current != dev->ordinal) {
-        err = cudaSetDevice(dev->ordinal);
-        if (err != cudaSuccess)
-            return gdn_set_error(GDN_ERR_CUDA, "cudaSetDevice(%d): %s", dev->ordinal, cudaGetErrorString(err));
-        guard->restore = 1;
-        guard->previous = current;
-    }
+    if (dev->type == GDN_DEVICE_CUDA && !gdn_has_cuda())
+        return gdn_set_error(GDN_ERR_NO_BACKEND, "%s is a CUDA tensor but libgdn was built without the CUDA backend",
+                             dev->first);
     return GDN_OK;
-#else
-    return gdn_set_error(GDN_ERR_NO_BACKEND, "%s is a CUDA tensor but libgdn was built without the CUDA backend",
-                         dev->first);
-#endif
-}
-
-static void leave_device(const device_guard *guard)
-{
-#ifdef GDN_WITH_CUDA
-    if (guard->restore)
-        cudaSetDevice(guard->previous);
-#else
-    (void)guard;
-#endif
 }
 
 /* Softplus parameters: 0 selects vLLM's defaults. */
@@ -620,16 +586,8 @@ gdn_status gdn_gating(const gdn_gating_args *args)
     gdn_gating_problem p;
     device_ctx dev = {0};
     TRY(resolve_gating(args, &p, &dev));
-    device_guard guard;
-    TRY(enter_device(&dev, &guard));
-    gdn_status st;
-#ifdef GDN_WITH_CUDA
-    st = p.device == GDN_DEVICE_CUDA ? gdn_cuda_gating(&p) : gdn_cpu_gating(&p);
-#else
-    st = gdn_cpu_gating(&p);
-#endif
-    leave_device(&guard);
-    return st;
+    TRY(check_backend(&dev));
+    return p.device == GDN_DEVICE_CUDA ? gdn_cuda_gating(&p) : gdn_cpu_gating(&p);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -807,22 +765,15 @@ static gdn_status resolve_recurrent(const gdn_recurrent_fwd_args *args, gdn_prob
 typedef struct fwd_op {
     gdn_status (*resolve)(const void *args, gdn_problem *p, device_ctx *dev);
     gdn_status (*cpu)(const gdn_problem *p);
-#ifdef GDN_WITH_CUDA
     size_t (*cuda_workspace)(const gdn_problem *p);     /* the query's answer: the fastest path */
     size_t (*cuda_workspace_min)(const gdn_problem *p); /* the least the call accepts */
     gdn_status (*cuda)(const gdn_problem *p);
-#endif
 } fwd_op;
 
 static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p, int least)
 {
-#ifdef GDN_WITH_CUDA
     if (p->device == GDN_DEVICE_CUDA)
         return least ? op->cuda_workspace_min(p) : op->cuda_workspace(p);
-#endif
-    (void)op;
-    (void)p;
-    (void)least;
     return 0;
 }
 
@@ -838,7 +789,9 @@ static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t 
     return GDN_OK;
 }
 
-/* The call needs the backend's least workspace; the query's (larger) size is only for the message. */
+/* The one workspace check of every op (gdn.h): the backend's least workspace, 256-byte aligned (what
+ * cudaMalloc returns, and more than any kernel's copies need); the query's (larger) size is only
+ * for the message. */
 static gdn_status check_workspace(const fwd_op *op, const gdn_problem *p)
 {
     const size_t need = fwd_workspace(op, p, 1);
@@ -860,18 +813,9 @@ static gdn_status fwd_run(const fwd_op *op, const void *args)
     gdn_problem p;
     device_ctx dev = {0};
     TRY(op->resolve(args, &p, &dev));
-    device_guard guard;
-    TRY(enter_device(&dev, &guard));
-    gdn_status st = check_workspace(op, &p);
-    if (st == GDN_OK) {
-#ifdef GDN_WITH_CUDA
-        st = p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);
-#else
-        st = op->cpu(&p);
-#endif
-    }
-    leave_device(&guard);
-    return st;
+    TRY(check_backend(&dev));
+    TRY(check_workspace(op, &p));
+    return p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);
 }
 
 static gdn_status resolve_chunk_any(const void *args, gdn_problem *p, device_ctx *dev)
@@ -884,16 +828,11 @@ static gdn_status resolve_recurrent_any(const void *args, gdn_problem *p, device
     return resolve_recurrent((const gdn_recurrent_fwd_args *)args, p, dev);
 }
 
-#ifdef GDN_WITH_CUDA
 static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd, gdn_cuda_chunk_fwd_workspace_size,
                                 gdn_cuda_chunk_fwd_workspace_min, gdn_cuda_chunk_fwd};
 static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd,
                                     gdn_cuda_recurrent_fwd_workspace_size, gdn_cuda_recurrent_fwd_workspace_size,
                                     gdn_cuda_recurrent_fwd};
-#else
-static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd};
-static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd};
-#endif
 
 gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes)
 {

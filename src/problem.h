@@ -107,15 +107,15 @@ gdn_status gdn_cpu_gating(const gdn_gating_problem *p);
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
 
-/* CUDA backend (src/cuda/), present when GDN_WITH_CUDA is defined. */
-#ifdef GDN_WITH_CUDA
+/* CUDA backend (src/cuda/; src/no_cuda.c when it is not built, whose entries are never reached:
+ * the API refuses CUDA tensors first). Each entry that runs work makes p->device_ordinal the
+ * current device for its duration. */
 gdn_status gdn_cuda_gating(const gdn_gating_problem *p);
 size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p);
 size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the call accepts */
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
 size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
-#endif
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
  * results are judged against float64.
  */
 #include "cuda_common.cuh"
+#include "cuda_gate.cuh"
 
 namespace {
 
@@ -29,29 +30,6 @@ struct GatingParams {
     int64_t beta_s[3];
 };
 
-__device__ __forceinline__ float load_elem(const void *base, gdn_dtype dt, int64_t off)
-{
-    switch (dt) {
-    case GDN_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)base)[off]);
-    case GDN_DTYPE_F16: return __half2float(((const __half *)base)[off]);
-    default: return ((const float *)base)[off];
-    }
-}
-
-__device__ __forceinline__ void store_elem(void *base, gdn_dtype dt, int64_t off, float x)
-{
-    switch (dt) {
-    case GDN_DTYPE_BF16: ((__nv_bfloat16 *)base)[off] = __float2bfloat16_rn(x); break;
-    case GDN_DTYPE_F16: ((__half *)base)[off] = __float2half_rn(x); break;
-    default: ((float *)base)[off] = x; break;
-    }
-}
-
-__device__ __forceinline__ float sigmoid(float x)
-{
-    return 1.0f / (1.0f + expf(-x));
-}
-
 __global__ void gating_kernel(const GatingParams p)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < p.total;
@@ -64,19 +42,13 @@ __global__ void gating_kernel(const GatingParams p)
         const float x = load_elem(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2] + r * p.a_s[3]) +
                         (p.dt_bias ? p.dt_bias[hv * p.dt_s[0] + r * p.dt_s[1]] : 0.0f);
         const float A = expf(p.A_log[hv]);
-        float g;
-        if (p.lower_bound < 0.0f) {
-            g = p.lower_bound * sigmoid(A * x);
-        } else {
-            const float bx = p.softplus_beta * x;
-            g = -A * (bx > p.softplus_threshold ? x : log1pf(expf(bx)) / p.softplus_beta);
-        }
+        const float g = p.lower_bound < 0.0f ? p.lower_bound * gate_sigmoid(A * x)
+                                             : -A * gate_softplus(x, p.softplus_beta, p.softplus_threshold);
         p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2] + r * p.g_s[3]] = g;
 
         if (p.b && r == 0) {
-            float beta = sigmoid(load_elem(p.b, p.b_dtype, b * p.b_s[0] + t * p.b_s[1] + hv * p.b_s[2]));
-            if (p.allow_neg_eigval)
-                beta *= 2.0f;
+            const float beta =
+                gate_beta(load_elem(p.b, p.b_dtype, b * p.b_s[0] + t * p.b_s[1] + hv * p.b_s[2]), p.allow_neg_eigval);
             store_elem(p.beta, p.beta_dtype, b * p.beta_s[0] + t * p.beta_s[1] + hv * p.beta_s[2], beta);
         }
     }
@@ -86,6 +58,10 @@ __global__ void gating_kernel(const GatingParams p)
 
 extern "C" gdn_status gdn_cuda_gating(const gdn_gating_problem *p)
 {
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
     GatingParams prm = {};
     prm.T = p->T;
     prm.HV = p->HV;

@@ -1,9 +1,8 @@
 /*
  * sm90_chunk_wg.cuh - chunk_wg, the state chain of the chunked forward on warpgroup MMA (wgmma),
- * included by sm90_chunk_fwd.cu inside its namespace (it reads that file's params, workspace
- * format and helpers). One bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32 accumulation
- * and f32 state. It replaced an mma.sync kernel of 16-column slabs (chunk_main, in git history up to
- * 5ae04bc), which it beat by 1.2-1.45x (bench/results/prefill-2026-11-22-h100-wg.txt).
+ * reading the records of chunk_prep (sm90_chunk_prep.cuh), whose units it also runs in the
+ * cooperative grid. One bf16 / f16 rounding of S^T, X^T and Vn^T as operands, f32 accumulation
+ * and f32 state. It replaced an mma.sync kernel of 16-column slabs (chunk_main; dev/prefill/README.md).
  *
  * One CTA per (segment, sequence, value head, 64 value rows v0 .. v0 + 63), three warpgroups:
  *   warps 0-3 (chain warpgroup)  S^T (64 x K, f32) in wgmma accumulators across chunks. Per chunk:
@@ -16,13 +15,12 @@
  *                                (stmatrix.trans) with 16-byte stores of the valid rows.
  *   warps 8-11 (copy warpgroup)  Q, K, V tile and the workspace chunk (Tb, Pm, coefficients) of
  *                                chunk c + 2 with cp.async into a three-stage ring, rows past
- *                                the sequence end zero-filled. One warp alone could not issue the
- *                                ~3250 copies of a chunk in time (ncu on an H100: the other
- *                                warps waited for it at the then per-chunk barrier 58 % of the
- *                                time).
+ *                                the sequence end zero-filled. One warp alone cannot issue the
+ *                                ~3250 copies of a chunk in time: the other warpgroups would
+ *                                wait for it.
  *                                Not TMA: its boxes would read the next sequence's rows past a
  *                                varlen sequence's end instead of zeros.
- * Every tile is a 128-byte-swizzled box (sm90_wgmma.cuh), so wgmma reads them through
+ * Every tile is a 128-byte-swizzled box (sm90_primitives.cuh), so wgmma reads them through
  * descriptors. The workspace keeps only the lower-triangular 16 x 16 blocks of Tb and Pm; the
  * blocks above the diagonal are zeroed once per stage at the start and never written again, so
  * full-tile products read zeros there. The stage ring runs on mbarriers; named barriers hand
@@ -39,16 +37,21 @@
  * from the identity giving M^T; its final S^T (f32) to cp_pre. No output warpgroup and no Q, a
  * two-stage ring and two copy warps: 192 threads and 86 KB at K = 128, two CTAs per SM.
  */
-#pragma once
+#ifndef GDN_SM90_CHUNK_WG_CUH
+#define GDN_SM90_CHUNK_WG_CUH
+
+#include "sm90_chunk_prep.cuh"
+
+namespace gdn_chunk {
 
 /* Main pass: 384 threads; the copy warpgroup gives registers to the other two (168 each at
  * launch; 200 for the chain and output warpgroups, 96 for the copy warpgroup). PRE: 192. */
-template <bool PRE> struct wg_cfg {
+template <bool PRE> struct WgConfig {
     static constexpr int THREADS = PRE ? 192 : 384, COPY = PRE ? 64 : 128, STAGES = PRE ? 2 : 3;
 };
 
-template <int K, bool PRE> struct wg_smem {
-    static constexpr int B = gdn_wgmma::BOX_BYTES, KB = K / 64, S = wg_cfg<PRE>::STAGES; /* KB: boxes of a Q or K tile */
+template <int K, bool PRE> struct WgSmem {
+    static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64, S = WgConfig<PRE>::STAGES; /* KB: boxes of a Q or K tile */
     static constexpr int Q = 0, KT = PRE ? 0 : KB * B, V = KT + KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
     static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
     static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
@@ -69,11 +72,11 @@ template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)
 }
 
 template <int K, typename T, bool PRE>
-__global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const params p)
+__global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const ChunkParams p)
 {
-    using namespace gdn_wgmma;
-    using L = wg_smem<K, PRE>;
-    constexpr int THREADS = wg_cfg<PRE>::THREADS, COPY = wg_cfg<PRE>::COPY, STAGES = L::S;
+    using namespace gdn_sm90;
+    using L = WgSmem<K, PRE>;
+    constexpr int THREADS = WgConfig<PRE>::THREADS, COPY = WgConfig<PRE>::COPY, STAGES = L::S;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = 64;
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
@@ -86,10 +89,11 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
      * whose chain has no setmaxnreg to show convergence). */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     if constexpr (!PRE) {
-#ifdef GDN_CHUNK_DEV_COOP_PROBE
-        if (p.ready && (p.probe >= 2 ? blockIdx.x >= p.coop_main : p.probe == 1 && blockIdx.x < p.coop_main))
-            return;
-#endif
+        if constexpr (TUNE_COOP_PROBE != 0) {
+            const int probe = coop_probe_now();
+            if (p.ready && (probe >= 2 ? blockIdx.x >= p.coop_main : probe == 1 && blockIdx.x < p.coop_main))
+                return;
+        }
         if (p.ready && blockIdx.x >= p.coop_main) {
             /* launch_coop's prep role: each warpgroup is a chunk_prep unit with its own shared memory
              * and named barrier, taking work items (chunk, head group) in chunk order. */
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 const int64_t r = i / groups, c = r / p.N, n = r % p.N;
                 return (n * p.cps + c) * groups + i % groups;
             };
-            using PL = prep_smem<K>;
+            using PL = PrepSmem<K>;
             constexpr int BUF = PL::BYTES - PL::GATES; /* Q and K, then A and T */
             constexpr int UNIT2 = (2 * BUF + PL::GATES + 1023) / 1024 * 1024;
             if constexpr (3 * UNIT2 <= L::BYTES - 1024) {
@@ -114,8 +118,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                 float *gates = reinterpret_cast<float *>(ub + 2 * BUF);
                 auto run = [&](auto grouped) {
                     constexpr bool G = decltype(grouped)::value;
-                    prep_item cur = {};
-                    prep_gates gr;
+                    PrepItem cur = {};
+                    PrepGates gr;
                     if (first < items) {
                         cur = prep_locate<G>(p, order(first));
                         if (cur.cl > 0) {
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
                             prep_store_gates(p, cur, ut, gr, gates + 2 * PREP_MAX_HEADS * C, gates + PREP_MAX_HEADS * C);
                         cp_async_wait<0>();
                         unit_sync(1 + unit);
-                        prep_item nxt = {};
+                        PrepItem nxt = {};
                         if (i + units < items) {
                             nxt = prep_locate<G>(p, order(i + units));
                             if (nxt.cl > 0) {
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     const bool v_real = !PRE || v0 < p.V; /* PRE: rows v0 >= V are M's, with v = 0 */
     if (PRE && seg == 0 && !v_real)
         return; /* the first segment starts from the known state: no M */
-    seq_info sq = sequence(p, n);
+    SeqInfo sq = sequence(p, n);
     int64_t nchunks = (sq.len + C - 1) / C;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
     if (p.seg_chunks > 0) {
@@ -267,10 +271,9 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
     auto wait_records = [&](int64_t c) {
         if (PRE || !p.ready)
             return;
-#ifdef GDN_CHUNK_DEV_COOP_PROBE
-        if (p.probe == 3)
-            return;
-#endif
+        if constexpr (TUNE_COOP_PROBE != 0)
+            if (coop_probe_now() == 3)
+                return;
         const int64_t blk = (sq.slot0 + c) / FLAG_BLOCK;
         if (blk == ready_block)
             return;
@@ -358,8 +361,8 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
 
             /* Y^T = S^T K^T (M = 64 value rows, N = 64 tokens, k = d), S^T as A fragments, also
              * into the hand-off tile. All fragments first, then the products: packing box 1
-             * between box 0's products measured no faster, and in PRE it made ptxas inject a
-             * wgmma wait (C7517). */
+             * between box 0's products gains nothing, and in PRE it makes ptxas inject a wgmma
+             * wait (C7517). */
             uint32_t sa[K / 16][4];
             float y[32];
             if (!PRE && c > 0)
@@ -562,3 +565,7 @@ __global__ void __launch_bounds__(wg_cfg<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_ke
         }
     }
 }
+
+} /* namespace gdn_chunk */
+
+#endif /* GDN_SM90_CHUNK_WG_CUH */

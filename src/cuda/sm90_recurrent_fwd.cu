@@ -6,10 +6,10 @@
  * path (KV layout, unaligned strides); on the bulk-copy views, multi-token calls go to the
  * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
  * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
- * programmatic stream serialization where that measured faster (tma_use_pdl).
+ * programmatic stream serialization where that pays (tma_use_pdl).
  */
 #include "cuda_common.cuh"
-#include "sm90_recurrent_mma.cuh"
+#include "sm90_recurrent_launch.cuh"
 
 namespace {
 
@@ -97,13 +97,8 @@ template <int K, typename StateT, typename InT> gdn_status launch_mma(const Recu
  * (sequence, value head) pairs on, or with a bf16 state at least 3 from 256 pairs on (varlen:
  * tokens per sequence on average), on bulk-copy state views at K <= 128 that write no per-step
  * states (step_states, 2-D in-place pools). Its cost hardly grows with the tokens of a chunk; the
- * CUDA-core path's grows by one token loop per token. Measured against the CUDA-core fast path
- * (bench_decode --mma, H100, K = V = 128, HV = 32, cold, each path with its launcher tile; five
- * tensor-core CTAs per SM, 5bdf161): 8 tokens faster at every B (f32 B = 8 19.9 against 26.8 us,
- * B = 256 455 against 644); 4 tokens slower at B = 1 and 2 (f32 8.85 against 8.18 at B = 1),
- * faster from B = 4 (f32 11.8 against 12.8, B = 256 393 against 462; bf16 B = 256 281 against
- * 367); 3 tokens: f32 equal or slower at every B (B = 256 381.7 against 381.2), bf16 faster from
- * B = 8 (13.6 against 15.3, B = 256 279 against 299), equal at B = 4; 2 tokens slower at every B. */
+ * CUDA-core path's grows by one token loop per token; the thresholds are where the two cross
+ * (decode_sweeps --mma; dev/decode/README.md). */
 inline bool use_mma_path(const RecurrentParams &prm, const gdn_problem *p)
 {
     const int64_t tokens = p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T; /* per sequence */
@@ -157,6 +152,10 @@ extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
 
 extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
 {
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
     if (p->gate_kind != GDN_GATE_GDN)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
     if (p->N == 0 || p->HV == 0 || p->V == 0)

@@ -1,14 +1,14 @@
 /*
  * sm90_recurrent_kernel.cuh - the recurrent forward kernel template (decode / multi-token verify,
- * GDN gates). Launched by sm90_recurrent_fwd.cu; bench/bench_decode.cu includes it as well to time
- * tile variants the launcher does not pick.
+ * GDN gates). Launched by sm90_recurrent_fwd.cu (rules in sm90_recurrent_launch.cuh);
+ * dev/decode/decode_sweeps.cu launches it directly with tiles the launcher does not pick.
  *
  * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head).
  * Common to both kernels:
  *   - a state row is one v with all K keys; a lane group of 8 lanes owns a row, each lane K/8
  *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each access of the group covers
  *     128 contiguous bytes; a warp is 4 lane groups, each lane works RPL rows at once;
- *   - the CTA stages the inputs of up to kTokenChunk tokens in shared memory once (warp w
+ *   - the CTA stages the inputs of up to TOKEN_CHUNK tokens in shared memory once (warp w
  *     l2-normalises q and k of tokens w, w + W, .., with k.q and the gates; all threads copy v),
  *     while the state is on its way;
  *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
@@ -33,12 +33,12 @@
 /* Internal linkage: the library and the benchmark each compile their own copy. */
 namespace {
 
-constexpr int kLanesPerRow = 8;
-constexpr int kTokenChunk = 8;  /* tokens staged in shared memory at once */
-constexpr int kMaxWarps = 8;    /* CTA size limit (launch bounds) */
+constexpr int LANES_PER_ROW = 8;
+constexpr int TOKEN_CHUNK = 8;  /* tokens staged in shared memory at once */
+constexpr int MAX_WARPS = 8;    /* CTA size limit (launch bounds) */
 
-/* Rows a lane works at once: 32 state values in registers. In a sweep of the register kernel
- * (H100, 2026-11-22) 2 rows per lane at K = 128 beat 1 (per-warp overhead) and 4 (registers). */
+/* Rows a lane works at once: 32 state values in registers. At K = 128, 2 rows per lane beat 1
+ * (per-warp overhead) and 4 (registers). */
 template <int K, typename StateT> __host__ __device__ constexpr int default_rows_per_lane()
 {
     return K >= 256 ? 1 : 256 / K;
@@ -48,12 +48,12 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
  * are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
  * follow 16-byte multiples). */
 template <int K, int ROWS_PER_CTA> struct TokenStage {
-    alignas(16) float q[kTokenChunk][K]; /* l2-normalised (if asked) and scaled by `scale` */
-    alignas(16) float k[kTokenChunk][K]; /* l2-normalised (if asked) */
-    float v[kTokenChunk][ROWS_PER_CTA];
-    alignas(16) float e[kTokenChunk];
-    alignas(16) float beta[kTokenChunk];
-    float kq[kTokenChunk];
+    alignas(16) float q[TOKEN_CHUNK][K]; /* l2-normalised (if asked) and scaled by `scale` */
+    alignas(16) float k[TOKEN_CHUNK][K]; /* l2-normalised (if asked) */
+    float v[TOKEN_CHUNK][ROWS_PER_CTA];
+    alignas(16) float e[TOKEN_CHUNK];
+    alignas(16) float beta[TOKEN_CHUNK];
+    float kq[TOKEN_CHUNK];
 };
 
 /* Writes q and k of token j at key (stage_token): TokenStage keeps them as they are; the
@@ -69,7 +69,7 @@ __device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS> &st, int j, int
 /* The inputs of token t of row b (key head h, value head hv) as one warp holds them: lane l has
  * q and k at keys l, l + 32, .. as loaded (InT); token_inputs issues every load of the token
  * before any is used (stage_token converts them), so staging a token costs one round trip to
- * memory (ncu at T = 8: the dependent gate loads were the tile kernel's largest stall). */
+ * memory, not one per dependent load. */
 template <int K, typename InT> struct TokenInputs {
     InT q[K / 32], k[K / 32];
     GateInputs gates;
@@ -144,8 +144,8 @@ __device__ __forceinline__ InT token_v(const RecurrentParams &p, int64_t b, int6
  * the loads of TPW of its tokens at once (more registers: the fast path's state is not in
  * registers yet, the generic path's is), then stages them. Token j goes to warp (j + 1) % W (warp
  * 0, which looks up the slot and issues the state copies, comes last), or with SPARE_W0 (the
- * tensor-core path) to warps 1 .. W - 1 only: measured, warp 0's tokens started a memory round
- * trip late and held up the whole CTA. VPR > 0: v of rows threadIdx.x + u * blockDim.x (u < VPR)
+ * tensor-core path) to warps 1 .. W - 1 only: warp 0's tokens would start their memory round
+ * trip late and hold up the whole CTA. VPR > 0: v of rows threadIdx.x + u * blockDim.x (u < VPR)
  * of every token is loaded into registers before the tokens, so that v does not cost a round trip
  * of its own (the tensor-core path; in the CUDA-core fast path this raised the register count past
  * five CTAs per SM, and capping it slowed the token loop). */
@@ -154,10 +154,10 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    InT vpre[kTokenChunk][VPR > 0 ? VPR : 1];
+    InT vpre[TOKEN_CHUNK][VPR > 0 ? VPR : 1];
     if constexpr (VPR > 0) {
 #pragma unroll
-        for (int j = 0; j < kTokenChunk; j++)
+        for (int j = 0; j < TOKEN_CHUNK; j++)
 #pragma unroll
             for (int u = 0; u < VPR; u++) {
                 const int rr = threadIdx.x + u * blockDim.x;
@@ -181,7 +181,7 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
     }
     if constexpr (VPR > 0) {
 #pragma unroll
-        for (int j = 0; j < kTokenChunk; j++)
+        for (int j = 0; j < TOKEN_CHUNK; j++)
 #pragma unroll
             for (int u = 0; u < VPR; u++) {
                 const int rr = threadIdx.x + u * blockDim.x;
@@ -275,9 +275,9 @@ __device__ __forceinline__ void zero_cta_outputs(const RecurrentParams &p, const
                                                  int row_base, int cta_rows)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
-    constexpr int VE = 16 / sizeof(StateT), NV = K / (kLanesPerRow * VE), EPL = NV * VE;
+    constexpr int VE = 16 / sizeof(StateT), NV = K / (LANES_PER_ROW * VE), EPL = NV * VE;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    const int group = lane / LANES_PER_ROW, gl = lane % LANES_PER_ROW;
     for (int r0 = warp * 4 * RPL; r0 < cta_rows; r0 += nwarps * 4 * RPL) {
         int rows[RPL];
         bool row_ok[RPL];
@@ -295,7 +295,7 @@ __device__ __forceinline__ void zero_cta_outputs(const RecurrentParams &p, const
  * (sequence, value head), hence uniform over the CTA; it is folded back into S~ (S~ *= c, c = 1)
  * when it leaves [2^-20, 2^20] (strong decays, exp(g) = 0 for g = -inf, NaN), so 1 / c never
  * exceeds 2^20 and S~ stays within 2^20 of S. */
-constexpr float kScaleLo = 0x1p-20f, kScaleHi = 0x1p20f;
+constexpr float SCALE_LO = 0x1p-20f, SCALE_HI = 0x1p20f;
 
 /* Reduces x[0..N) over the 8 lanes of a row group, keeping only x[0] = the sum of row gl % N:
  * each level sends half of the values still held to the partner and adds the other half
@@ -313,7 +313,7 @@ template <int N> __device__ __forceinline__ void reduce_scatter8(float *x, int g
         }
     }
 #pragma unroll
-    for (; m < kLanesPerRow; m *= 2)
+    for (; m < LANES_PER_ROW; m *= 2)
         x[0] += __shfl_xor_sync(0xffffffffu, x[0], m);
 }
 
@@ -327,12 +327,12 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
                                            const int *srow, int gl, int64_t n, int hv, int64_t t, InT *o,
                                            int64_t packed0)
 {
-    static_assert(RPL <= kLanesPerRow && (RPL & (RPL - 1)) == 0, "rows per lane: a power of two up to 8");
+    static_assert(RPL <= LANES_PER_ROW && (RPL & (RPL - 1)) == 0, "rows per lane: a power of two up to 8");
     const float beta = st.beta[j], kq = st.kq[j];
 
     /* the decay: S = ce * S~ */
     float ce = c * st.e[j];
-    if (!(ce >= kScaleLo && ce <= kScaleHi)) { /* uniform over the CTA */
+    if (!(ce >= SCALE_LO && ce <= SCALE_HI)) { /* uniform over the CTA */
 #pragma unroll
         for (int r = 0; r < RPL; r++)
 #pragma unroll
@@ -352,7 +352,7 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
     for (int cc = 0; cc < NV; cc++) {
 #pragma unroll
         for (int m = 0; m < VE; m += 4) {
-            const int key = (cc * kLanesPerRow + gl) * VE + m;
+            const int key = (cc * LANES_PER_ROW + gl) * VE + m;
             const float4 q4 = *reinterpret_cast<const float4 *>(&st.q[j][key]);
             const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
             const float qa[4] = {q4.x, q4.y, q4.z, q4.w};
@@ -369,7 +369,7 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
     }
     /* every lane needs S^T k of all its rows (for u); S^T q only in the lane that writes o */
 #pragma unroll
-    for (int m = 1; m < kLanesPerRow; m *= 2) {
+    for (int m = 1; m < LANES_PER_ROW; m *= 2) {
 #pragma unroll
         for (int r = 0; r < RPL; r++)
             dk[r] += __shfl_xor_sync(0xffffffffu, dk[r], m);
@@ -421,19 +421,19 @@ __device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *sr
  * rows per lane; VEC: state rows moved in 16-byte pieces, else element by element with any
  * strides (KV layout, unaligned pools). The state goes straight from memory to registers. */
 template <int K, typename StateT, typename InT, int RPL, bool VEC>
-__global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const RecurrentParams p)
+__global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const RecurrentParams p)
 {
     constexpr int VE = 16 / sizeof(StateT);     /* elements per 16-byte state piece */
-    constexpr int NV = K / (kLanesPerRow * VE); /* pieces per lane per row */
+    constexpr int NV = K / (LANES_PER_ROW * VE); /* pieces per lane per row */
     constexpr int EPL = NV * VE;                /* keys per lane */
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    constexpr int MAX_ROWS_PER_CTA = ROWS_PER_WARP * kMaxWarps;
-    static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
+    constexpr int MAX_ROWS_PER_CTA = ROWS_PER_WARP * MAX_WARPS;
+    static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
     static_assert(VE % 4 == 0, "q/k pieces are read from shared memory as float4");
     __shared__ TokenStage<K, MAX_ROWS_PER_CTA> st;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    const int group = lane / LANES_PER_ROW, gl = lane % LANES_PER_ROW;
     const int rows_per_cta = ROWS_PER_WARP * (blockDim.x >> 5);
     const int row_base = blockIdx.x * rows_per_cta;
     const int hv = blockIdx.y;
@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         for (int r = 0; r < RPL; r++) {
 #pragma unroll
             for (int c = 0; c < NV; c++) {
-                const int key = (c * kLanesPerRow + gl) * VE;
+                const int key = (c * LANES_PER_ROW + gl) * VE;
                 if (src && row_ok[r]) {
                     load_f32<StateT, VE, VEC>(src + (int64_t)rows[r] * p.st_in.sv + key * p.st_in.sk, p.st_in.sk,
                                               &s[r][c * VE]);
@@ -485,8 +485,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) recurrent_fwd_kernel(const Rec
         }
 
         float c = 1.0f; /* S = c * s */
-        for (int64_t t0 = 0; t0 < len; t0 += kTokenChunk) {
-            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+        for (int64_t t0 = 0; t0 < len; t0 += TOKEN_CHUNK) {
+            const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, 1, 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
@@ -518,11 +518,11 @@ template <int K, typename StateT, typename InT, int RPL>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
-    constexpr int NV = K / (kLanesPerRow * VE);
+    constexpr int NV = K / (LANES_PER_ROW * VE);
     constexpr int EPL = NV * VE;
     constexpr int ROWS_PER_WARP = 4 * RPL;
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
-    static_assert(NV >= 1 && NV * VE * kLanesPerRow == K, "K must be a multiple of 8 state pieces");
+    static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
     __shared__ TokenStage<K, TILE_ROWS> st;
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
     __shared__ int s_live;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int group = lane / kLanesPerRow, gl = lane % kLanesPerRow;
+    const int group = lane / LANES_PER_ROW, gl = lane % LANES_PER_ROW;
     const int row_base = blockIdx.x * rows_per_cta;
     const int hv = blockIdx.y;
     const int h = hv / (int)p.G;
@@ -540,7 +540,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
 
     const int pass_rows = nwarps * ROWS_PER_WARP;
     if (threadIdx.x < passes)
-        mbar_init(&bar[threadIdx.x], 1);
+        mbar_init(&bar[threadIdx.x], 1), mbar_fence_init();
     __syncthreads();
     grid_dependency_sync();
     uint32_t phase = 0;
@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         if (!p.state_indices && !p.state_in) /* no initial state: zeros */
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
+        const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
         stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
@@ -580,10 +580,10 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
+        const int64_t chunks = len > 0 ? (len + TOKEN_CHUNK - 1) / TOKEN_CHUNK : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * kTokenChunk;
-            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            const int64_t t0 = ci * TOKEN_CHUNK;
+            const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
                 stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                 for (int r = 0; r < RPL; r++)
 #pragma unroll
                     for (int cc = 0; cc < NV; cc++)
-                        load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (cc * kLanesPerRow + gl) * VE],
+                        load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (cc * LANES_PER_ROW + gl) * VE],
                                                    1, &s[r][cc * VE]);
                 InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
                 for (int j = 0; j < tc; j++, o += p.o_s[1])
@@ -621,7 +621,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                         if (row_ok[r])
 #pragma unroll
                             for (int cc = 0; cc < NV; cc++)
-                                st_shared_16(smem_u32(&tile[srow[r] * K + (cc * kLanesPerRow + gl) * VE]),
+                                st_shared_16(smem_u32(&tile[srow[r] * K + (cc * LANES_PER_ROW + gl) * VE]),
                                              pack16<StateT, VE>(&s[r][cc * VE], c));
                 }
             }
@@ -629,58 +629,6 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         if (src)
             phase ^= 1;
     }
-}
-
-/* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
- * once per instance (a function attribute, not a stream operation: safe under graph capture). */
-template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shared_tma_kernel()
-{
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>,
-                                                        cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                        (int)cudaSharedmemCarveoutMaxShared);
-    return err;
-}
-
-/* The fast path's launch shape: tile rows per CTA and warps per CTA. The largest tile that still
- * gives about two CTAs per SM (132 on an H100). Two warps per CTA for f32 single-token decode (more
- * CTAs fit per SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows).
- * Measured: bench_decode --variants and --tiles. Host side; the launcher and the benchmark share it. */
-struct TmaTile {
-    int rows, warps;
-};
-
-template <int K, typename StateT>
-TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
-{
-    constexpr int ROWS_PER_WARP = 4 * default_rows_per_lane<K, StateT>();
-    int rows = tile_rows<K, StateT>();
-    /* bf16 state, two tokens: half the tile measured faster from 2048 (sequence, head) pairs on
-     * (K = 128, HV = 32, H100, same run: 66.6 against 73.3 us at B = 64, 232.3 against 242.3 at
-     * B = 256); at B = 32 equal cold and 7 % slower hot */
-    if (sizeof(StateT) == 2 && !varlen && T == 2 && N * HV >= 2048)
-        rows /= 2;
-    while (rows > ROWS_PER_WARP && N * HV * ((V + rows - 1) / rows) < 256)
-        rows /= 2;
-    const int64_t v_rounded = (V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
-    if (rows > v_rounded)
-        rows = (int)v_rounded;
-    const bool single_token = varlen ? T <= N : T == 1;
-    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
-    if (warps > rows / ROWS_PER_WARP)
-        warps = rows / ROWS_PER_WARP;
-    return TmaTile{rows, warps};
-}
-
-/* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
- * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs. Measured on
- * the H100 (dev/decode/README.md; K = V = 128, about 5 resident CTAs per SM, calls back to back
- * under graph replay): 0.5-1.0 us faster per call when the grid has at most 2 CTAs per SM (B = 1;
- * bf16 B = 8) and 0-4% faster when it takes more than one wave (B >= 32), but 4-18% slower at
- * 3.9 CTAs per SM (f32 B = 8; an inference: the next call's CTAs take the free places early and
- * end up spread unevenly). */
-inline bool tma_use_pdl(int64_t ctas, int sms)
-{
-    return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
 }
 
 } /* namespace */

@@ -54,7 +54,7 @@
 /* Internal linkage: the library and the benchmark each compile their own copy. */
 namespace {
 
-constexpr int kMmaRows = 16; /* state rows per warp strip: the mma's M */
+constexpr int MMA_ROWS = 16; /* state rows per warp strip: the mma's M */
 
 /* Shared staging of one chunk for the tensor-core path: the CUDA-core paths' TokenStage (q, k, v,
  * e, beta, kq; stage_token writes q and k through this path's stage_put_qk), plus the decay
@@ -63,8 +63,8 @@ constexpr int kMmaRows = 16; /* state rows per warp strip: the mma's M */
  * the tile then fitted four CTAs per SM, not five), key pairs swizzled per token (qk_off) so that
  * product 1's 8-byte reads and the update's 4-byte reads are free of bank conflicts. */
 template <int K, int ROWS> struct MmaStage : TokenStage<K, ROWS> {
-    alignas(16) float d[kTokenChunk][kTokenChunk]; /* D[t][j], 0 above the diagonal */
-    alignas(16) float gam[kTokenChunk];            /* Gam_t */
+    alignas(16) float d[TOKEN_CHUNK][TOKEN_CHUNK]; /* D[t][j], 0 above the diagonal */
+    alignas(16) float gam[TOKEN_CHUNK];            /* Gam_t */
 };
 
 /* Float offset of `key` of token t in MmaStage::q / k: key pair P = key / 2 goes to pair
@@ -81,20 +81,6 @@ __device__ __forceinline__ int qk_off(int t, int key)
 template <int K, typename StateT> __host__ __device__ constexpr size_t mma_smem_bytes()
 {
     return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStage<K, tile_rows<K, StateT>()>);
-}
-
-/* x = hi + lo with hi its top 19 bits (a TF32 value) and lo the exact f32 remainder, of which
- * the tensor cores read the top 19 bits (relative error of the pair about 2^-21). Truncation, not
- * cvt.rna.tf32.f32: that conversion measured as a multi-instruction sequence with Inf / NaN
- * checks on sm_90 (ncu, 2026-11-22), and lo makes the rounding of hi irrelevant. */
-struct Tf32Pair {
-    uint32_t hi, lo;
-};
-
-__device__ __forceinline__ Tf32Pair tf32_split(float x)
-{
-    const uint32_t hi = __float_as_uint(x) & 0xffffe000u;
-    return Tf32Pair{hi, __float_as_uint(x - __uint_as_float(hi))};
 }
 
 template <int K, int ROWS>
@@ -126,14 +112,6 @@ template <bool EXACT> __device__ __forceinline__ FragA frag_a(float a0, float a1
         }
     }
     return f;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* big + small += A B to f32 accuracy: the small products (into small) first; lo * lo is below
@@ -219,15 +197,15 @@ __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaSta
                                                 int64_t tok0, int tc, int h, int hv, int row_base, int cta_rows)
 {
     stage_tokens<K, InT, 2, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
-    for (int i = threadIdx.x; i < (kTokenChunk - tc) * K; i += blockDim.x) {
+    for (int i = threadIdx.x; i < (TOKEN_CHUNK - tc) * K; i += blockDim.x) {
         const int j = tc + i / K, d = i % K;
         st.q[j][d] = 0.0f;
         st.k[j][d] = 0.0f;
     }
-    for (int j = tc; j < kTokenChunk; j++)
+    for (int j = tc; j < TOKEN_CHUNK; j++)
         for (int rr = threadIdx.x; rr < ROWS; rr += blockDim.x)
             st.v[j][rr] = 0.0f;
-    if ((int)threadIdx.x < kTokenChunk - tc) {
+    if ((int)threadIdx.x < TOKEN_CHUNK - tc) {
         st.e[tc + threadIdx.x] = 1.0f;
         st.beta[tc + threadIdx.x] = 0.0f;
     }
@@ -237,8 +215,8 @@ __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaSta
  * barrier. */
 template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaStage<K, ROWS> &st)
 {
-    for (int i = threadIdx.x; i < kTokenChunk * (kTokenChunk + 1); i += blockDim.x) {
-        const int t = i / (kTokenChunk + 1), j = i % (kTokenChunk + 1) - 1; /* j = -1: Gam_t */
+    for (int i = threadIdx.x; i < TOKEN_CHUNK * (TOKEN_CHUNK + 1); i += blockDim.x) {
+        const int t = i / (TOKEN_CHUNK + 1), j = i % (TOKEN_CHUNK + 1) - 1; /* j = -1: Gam_t */
         float d = j <= t ? 1.0f : 0.0f;
         for (int m = j + 1; m <= t; m++)
             d *= st.e[m];
@@ -324,7 +302,7 @@ __device__ __forceinline__ ChunkSolve chunk_solve(const MmaStage<K, ROWS> &st, c
     /* M = (I + A)^-1, row g, columns 2c, 2c + 1: row i is final before step i uses it */
     float m0 = g == 2 * c ? 1.0f : 0.0f, m1 = g == 2 * c + 1 ? 1.0f : 0.0f;
 #pragma unroll
-    for (int i = 0; i < kTokenChunk - 1; i++) {
+    for (int i = 0; i < TOKEN_CHUNK - 1; i++) {
         const float mi0 = __shfl_sync(0xffffffffu, m0, 4 * i + c);
         const float mi1 = __shfl_sync(0xffffffffu, m1, 4 * i + c);
         const float agi = __shfl_sync(0xffffffffu, (i & 1) ? a1 : a0, 4 * g + i / 2); /* A[g][i] */
@@ -345,10 +323,10 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
                                                    const ChunkSolve &cs, int g, int c, int srow, int cta_rows,
                                                    int tc, InT *o, int row_base, const StripDest<StateT> &dst)
 {
-    const float2 dl = *reinterpret_cast<const float2 *>(&st.d[kTokenChunk - 1][2 * c]);
+    const float2 dl = *reinterpret_cast<const float2 *>(&st.d[TOKEN_CHUNK - 1][2 * c]);
     const float2 bc = *reinterpret_cast<const float2 *>(&st.beta[2 * c]);
     const float2 gc = *reinterpret_cast<const float2 *>(&st.gam[2 * c]);
-    const float glast = st.gam[kTokenChunk - 1];
+    const float glast = st.gam[TOKEN_CHUNK - 1];
 
     /* X, then U = X M^T */
     const int vr = srow + g; /* and vr + 8 */
@@ -414,7 +392,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
 {
     static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
-    constexpr int MAX_PASSES = TILE_ROWS / kMmaRows;
+    constexpr int MAX_PASSES = TILE_ROWS / MMA_ROWS;
     using Stage = MmaStage<K, TILE_ROWS>;
     extern __shared__ __align__(128) unsigned char mma_smem[];
     StateT *const tile = reinterpret_cast<StateT *>(mma_smem);
@@ -429,11 +407,11 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
     const int hv = blockIdx.y;
     const int h = hv / (int)p.G;
     const int cta_rows = (int)(p.V - row_base < rows_per_cta ? p.V - row_base : rows_per_cta);
-    const int pass_rows = nwarps * kMmaRows;
+    const int pass_rows = nwarps * MMA_ROWS;
     const int passes = (rows_per_cta + pass_rows - 1) / pass_rows;
 
     if (threadIdx.x < passes)
-        mbar_init(&bar[threadIdx.x], 1);
+        mbar_init(&bar[threadIdx.x], 1), mbar_fence_init();
     __syncthreads();
     grid_dependency_sync();
     uint32_t phase = 0;
@@ -449,7 +427,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
         if (!p.state_indices && !p.state_in)
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < kTokenChunk ? len : kTokenChunk);
+        const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
         mma_stage_chunk<K, InT>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
@@ -458,10 +436,10 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + kTokenChunk - 1) / kTokenChunk : 1;
+        const int64_t chunks = len > 0 ? (len + TOKEN_CHUNK - 1) / TOKEN_CHUNK : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * kTokenChunk;
-            const int tc = (int)(len - t0 < kTokenChunk ? len - t0 : kTokenChunk);
+            const int64_t t0 = ci * TOKEN_CHUNK;
+            const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage is no longer read */
                 mma_stage_chunk<K, InT>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
@@ -479,7 +457,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
 
             ChunkSolve cs;
             for (int ps = 0; ps < passes; ps++) {
-                const int srow = (ps * nwarps + warp) * kMmaRows;
+                const int srow = (ps * nwarps + warp) * MMA_ROWS;
                 if (ci == 0 && src)
                     mbar_wait(&bar[ps], phase);
                 float pk[4], pq[4], dots[4];
@@ -497,44 +475,6 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
         if (src)
             phase ^= 1;
     }
-}
-
-/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4).
- * Measured (bench_decode --mma, H100, K = V = 128, HV = 32, T = 2..8, B = 1..256): 4 warps of
- * 64 rows are the best f32 tile at every batch (smaller tiles, even for B = 1, were up to 3x
- * slower: the stage and the chunk's small products are paid per CTA); bf16 takes 128 rows (two
- * passes per warp) from 1024 (sequence, head) pairs on (B = 32: 50.2 against 53.6 us at T = 4),
- * 64 below (B = 8: 15.6 against 16.5). Host side; the launcher and the benchmark share it. */
-template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
-{
-    int rows = tile_rows<K, StateT>();
-    if (N * HV < 1024 && rows > 64)
-        rows = 64;
-    const int64_t v_rounded = (V + kMmaRows - 1) / kMmaRows * kMmaRows;
-    if (rows > v_rounded)
-        rows = (int)v_rounded;
-    const int warps = rows / kMmaRows < 4 ? rows / kMmaRows : 4;
-    return TmaTile{rows, warps};
-}
-
-/* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
- * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
- * instance. */
-template <int K, typename StateT, typename InT> cudaError_t set_mma_kernel_attributes()
-{
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT>());
-    if (e != cudaSuccess)
-        return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                (int)cudaSharedmemCarveoutMaxShared);
-}
-
-template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
-{
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT>();
-    return err;
 }
 
 } /* namespace */

@@ -6,9 +6,23 @@
 #define GDN_SM90_RECURRENT_UTIL_CUH
 
 #include "cuda_common.cuh"
+#include "cuda_gate.cuh"
+#include "sm90_primitives.cuh"
 
 /* Internal linkage: the library and the benchmark each compile their own copy. */
 namespace {
+
+using gdn_sm90::bulk_load;
+using gdn_sm90::fence_proxy_async;
+using gdn_sm90::grid_dependency_sync;
+using gdn_sm90::mbar_expect_tx;
+using gdn_sm90::mbar_fence_init;
+using gdn_sm90::mbar_init;
+using gdn_sm90::mbar_wait;
+using gdn_sm90::mma_tf32;
+using gdn_sm90::smem_u32;
+using gdn_sm90::tf32_split;
+using gdn_sm90::Tf32Pair;
 
 /* Strides (elements) of one state tensor, whatever its layout. */
 struct StateStrides {
@@ -159,67 +173,6 @@ __device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st,
     }
 }
 
-/* mbarrier and bulk-copy (cp.async.bulk) helpers for the fast path's state tiles. */
-__device__ __forceinline__ uint32_t smem_u32(const void *ptr)
-{
-    return (uint32_t)__cvta_generic_to_shared(ptr);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n\tfence.mbarrier_init.release.cluster;" ::"r"(smem_u32(bar)),
-                 "r"(count)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t phase)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(phase)
-                     : "memory");
-    } while (!done);
-}
-
-/* bytes (a multiple of 16) from 16-byte aligned global src to shared dst, completing on bar. */
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-/* Orders this thread's generic shared-memory accesses before later bulk copies into them. */
-__device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* Programmatic dependent launch: the launcher lets a kernel start while the previous grid in the
- * stream is still running; the kernel waits for that grid (and its memory) before its first
- * global access, and lets its own dependents launch at once (they wait for its completion the
- * same way). No-ops without such a launch. */
-__device__ __forceinline__ void grid_dependency_sync()
-{
-    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
-}
-
-/* softplus with vLLM's threshold, accurate expf / log1pf (judged against float64). */
-__device__ __forceinline__ float softplus(float x, float beta_sp, float threshold)
-{
-    const float bx = beta_sp * x;
-    return bx > threshold ? x : log1pf(expf(bx)) / beta_sp;
-}
-
 /* The bits of element off of base (dtype dt), to be converted by bits_to_f32 after every load of
  * a token is in flight: a conversion right after its load would wait for it, and the loads that
  * follow it in program order would start one memory round trip later. */
@@ -270,16 +223,11 @@ __device__ __forceinline__ GateInputs gate_inputs(const RecurrentParams &p, int6
 __device__ __forceinline__ void gate_values(const RecurrentParams &p, const GateInputs &gi, float *e, float *beta)
 {
     const float g = p.g ? __uint_as_float(gi.x)
-                        : -expf(gi.alog) * softplus(bits_to_f32(gi.x, p.a_dtype) + gi.dt, p.softplus_beta,
-                                                    p.softplus_threshold);
+                        : gate_log_decay(bits_to_f32(gi.x, p.a_dtype), gi.dt, gi.alog, p.softplus_beta,
+                                         p.softplus_threshold);
     *e = expf(g);
-    float bt = bits_to_f32(gi.b, p.beta_dtype);
-    if (p.beta_from_logits) {
-        bt = 1.0f / (1.0f + expf(-bt));
-        if (p.allow_neg_eigval)
-            bt *= 2.0f;
-    }
-    *beta = bt;
+    const float bt = bits_to_f32(gi.b, p.beta_dtype);
+    *beta = p.beta_from_logits ? gate_beta(bt, p.allow_neg_eigval) : bt;
 }
 
 /* A skipped sequence: zero its outputs (o, final_state, step_states), touch nothing else. */

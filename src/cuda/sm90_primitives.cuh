@@ -1,10 +1,15 @@
 /*
- * sm90_wgmma.cuh - Hopper warpgroup MMA (wgmma) pieces for the chunked prefill: shared-memory
- * matrix descriptors for 128-byte-swizzled tiles, m64n64k16 products with A in shared memory (SS)
- * or registers (RS) for bf16 and f16, their ordering fences, the accumulator fragment map, and
- * the mbarriers and register-budget moves of warp-specialized kernels.
- * Checked on an H100 against float64 by dev/prefill/sm90_blocks (test_blocks.cu), which these
- * follow.
+ * sm90_primitives.cuh - the one home of the Hopper building blocks that the CUDA kernels share:
+ * shared-memory addresses, mbarriers, bulk copies (cp.async.bulk), proxy fences, programmatic
+ * dependent launch, register-budget moves, the 3xTF32 split and its mma.sync m16n8k8, and the
+ * warpgroup MMA (wgmma) pieces: shared-memory matrix descriptors for 128-byte-swizzled tiles,
+ * m64n64k16 products with A in shared memory (SS) or registers (RS) for bf16 and f16, their
+ * ordering fences and the accumulator fragment map. tests/test_cuda_primitives.cu checks them on
+ * the GPU against float64.
+ *
+ * Naming in src/cuda: types in PascalCase (Tf32Pair, ChunkParams, RecurrentParams); functions and
+ * variables in snake_case; compile-time constants in UPPER_CASE (BOX_BYTES, TOKEN_CHUNK); type
+ * traits in snake_case as the standard library's (is_f16); C entry points gdn_cuda_*.
  *
  * Tile convention: a "box" is 64 rows x 64 elements of 2 bytes (128 bytes a row, 8 KB), 1024-byte
  * aligned, with the 16-byte chunk c of row r stored at chunk c ^ (r % 8): the layout of TMA's
@@ -17,7 +22,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-namespace gdn_wgmma {
+namespace gdn_sm90 {
 
 constexpr int BOX_BYTES = 64 * 64 * 2;
 
@@ -63,17 +68,25 @@ __device__ __forceinline__ void acc_fence(float (&d)[32])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* Shared-memory address (32-bit) of a generic pointer into shared memory. */
+__device__ __forceinline__ uint32_t smem_u32(const void *ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
+
 /* mbarrier (PTX ISA "mbarrier"): one 8-byte word in shared memory; its k-th phase completion
  * (k = 0, 1, ...) is waited for with parity k & 1. Arrivals release, a completed wait acquires. */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t arrivals)
 {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(arrivals) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");
 }
 /* After the inits, before the __syncthreads that publishes them. */
 __device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
 {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+/* One arrival that also expects `bytes` of bulk copies to complete on bar. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 /* try_wait suspends the thread for a hardware-chosen time before it fails, so the loop does not spin hot. */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
@@ -82,9 +95,27 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
     do {
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
-                     : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity)
+                     : "r"(smem_u32(bar)), "r"(parity)
                      : "memory");
     } while (!done);
+}
+
+/* bytes (a multiple of 16) from 16-byte aligned global src to shared dst, completing on bar. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* Programmatic dependent launch: the launcher lets a kernel start while the previous grid in the
+ * stream is still running; the kernel waits for that grid (and its memory) before its first
+ * global access, and lets its own dependents launch at once (they wait for its completion the
+ * same way). No-ops without such a launch. */
+__device__ __forceinline__ void grid_dependency_sync()
+{
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 }
 
 /* Register budget per warpgroup (all four warps execute it): a producer that needs few registers
@@ -92,9 +123,45 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 
-/* Generic-proxy shared-memory writes (st.shared, stmatrix, cp.async) that wgmma reads next: each
- * writing thread fences, then a barrier orders the readers. */
+/* Orders this thread's generic-proxy shared-memory accesses (st.shared, stmatrix, cp.async) with
+ * later async-proxy ones (wgmma reads, bulk copies into the same bytes): each thread fences, then a
+ * barrier orders the others. */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+/* 3xTF32: x ~ hi + lo with hi = x truncated to TF32 (low 13 mantissa bits cleared, |x - hi| <
+ * 2^-10 |x|) and lo = x - hi, exact in f32; a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi with f32
+ * accumulation reaches f32-class accuracy. Truncation rather than cvt.rna.tf32.f32, which sm_90
+ * runs as a multi-instruction sequence; lo makes the rounding of hi irrelevant. TRUNC_LO clears
+ * lo's low bits as well (the tensor cores read only its top 19 bits either way). */
+struct Tf32Pair {
+    uint32_t hi, lo;
+};
+template <bool TRUNC_LO = false> __device__ __forceinline__ Tf32Pair tf32_split(float x)
+{
+    const uint32_t hi = __float_as_uint(x) & 0xffffe000u;
+    const uint32_t lo = __float_as_uint(x - __uint_as_float(hi));
+    return Tf32Pair{hi, TRUNC_LO ? lo & 0xffffe000u : lo};
+}
+
+/* d += A B, m16n8k8 TF32 (g = lane / 4, t = lane % 4): A a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4),
+ * a3 = (g + 8, t + 4); B b0 = (t, g), b1 = (t + 4, g); d as the m16n8 f32 accumulator.
+ * IN_ORDER issues the product as a volatile asm: the compiler keeps the products in program order
+ * and loads their operands beside them instead of holding them in registers across products
+ * (chunk_prep's inverse, which runs near its register limit). */
+template <bool IN_ORDER = false>
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (IN_ORDER)
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 /* Accumulator of m64n64k16 (f32): thread t of the warpgroup holds d[i] = D[row][col] with
  * row = 16 (t / 32) + (t % 32) / 4 + 8 ((i >> 1) & 1), col = 8 (i >> 2) + 2 (t % 4) + (i & 1).
@@ -150,4 +217,4 @@ __device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], u
 #undef GDN_WGMMA_D32
 #undef GDN_WGMMA_REGS
 
-} /* namespace gdn_wgmma */
+} /* namespace gdn_sm90 */

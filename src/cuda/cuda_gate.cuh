@@ -1,0 +1,35 @@
+/*
+ * cuda_gate.cuh - the device gate and beta formulas (GDN_MATH.md "Gates"), shared by the gating op
+ * (cuda_gating.cu), chunk_prep (sm90_chunk_prep.cuh) and the recurrent kernels, so that every path
+ * rounds the same way: accurate expf / log1pf in this order, as the CPU reference computes them in
+ * float64.
+ */
+#ifndef GDN_CUDA_GATE_CUH
+#define GDN_CUDA_GATE_CUH
+
+/* softplus with vLLM's threshold: x itself once beta_sp x passes the threshold. */
+__device__ __forceinline__ float gate_softplus(float x, float beta_sp, float threshold)
+{
+    const float bx = beta_sp * x;
+    return bx > threshold ? x : log1pf(expf(bx)) / beta_sp;
+}
+
+/* Log decay g = -exp(A_log) softplus(a + dt_bias); dt_bias is 0 where the problem has none. */
+__device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_log, float beta_sp, float threshold)
+{
+    const float sp = gate_softplus(a + dt_bias, beta_sp, threshold);
+    return -expf(A_log) * sp;
+}
+
+__device__ __forceinline__ float gate_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Write strength from its logit: sigmoid, doubled where negative eigenvalues are allowed. */
+__device__ __forceinline__ float gate_beta(float logit, int allow_neg_eigval)
+{
+    float b = gate_sigmoid(logit);
+    if (allow_neg_eigval)
+        b *= 2.0f;
+    return b;
+}
+
+#endif /* GDN_CUDA_GATE_CUH */

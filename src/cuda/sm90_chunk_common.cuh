@@ -1,0 +1,127 @@
+/*
+ * sm90_chunk_common.cuh - what every pass of the chunked forward shares: the chunk length, the
+ * workspace record format (tri_chunk), the launch parameters (ChunkParams) and the sequence map.
+ */
+#ifndef GDN_SM90_CHUNK_COMMON_CUH
+#define GDN_SM90_CHUNK_COMMON_CUH
+
+#include "cuda_common.cuh"
+#include "cuda_gate.cuh"
+#include "sm90_chunk_mma.cuh"
+#include "sm90_primitives.cuh"
+#include "sm90_chunk_tuning.cuh"
+
+namespace gdn_chunk {
+
+using gdn_sm90::mma_tf32;
+using gdn_sm90::tf32_split;
+using gdn_sm90::Tf32Pair;
+
+constexpr int C = 64;                                    /* chunk length */
+constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f16 tile in shared memory */
+constexpr int TRI_BYTES = 16 * (2 + 4 + 6 + 8) * 16;     /* its 16 x 16 blocks on and below the diagonal */
+constexpr int COEF_FLOATS = 3 * C + 4;                   /* ck, cq, cu [64] each, gC, padding */
+constexpr int WS_CHUNK = 2 * TRI_BYTES + COEF_FLOATS * 4;  /* workspace: Tb, Pm, coefficients: 11024 B */
+static_assert(WS_CHUNK % 16 == 0 && (COEF_FLOATS * 4) % 16 == 0, "workspace: whole 16-byte copies");
+constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 689 */
+constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory offset of each copy */
+
+/* Tb and Pm are lower triangular: the workspace keeps only their 16 x 16 blocks on and below the
+ * diagonal (chunk_wg zeroes the others once in shared memory): row i holds its first 2 (i / 16 + 1) 16-byte chunks
+ * (logical, unswizzled order), rows packed one after another. Index of chunk ch of row i. */
+__device__ __forceinline__ int tri_chunk(int i, int ch)
+{
+    const int b = i >> 4;
+    return 16 * b * (b + 1) + (i & 15) * 2 * (b + 1) + ch;
+}
+
+struct ChunkParams {
+    int64_t T, N, HV, G, V;
+    int64_t cps;               /* chunks per sequence without cu_seqlens */
+    int64_t slots;             /* workspace chunk slots per value head */
+    int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
+    int *ready;                /* [HV][flag_blocks(slots)] records written, or NULL (launch_coop) */
+    int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
+    const int32_t *cu;         /* [N + 1] or NULL */
+    const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
+    void *o;
+    int64_t q_b, q_t, q_h, k_b, k_t, k_h, v_b, v_t, v_h, o_b, o_t, o_h;
+    const float *g;            /* [B, T, HV] or NULL */
+    int64_t g_b, g_t, g_h;
+    const void *a;             /* raw gate [B, T, HV] or NULL */
+    gdn_dtype a_dtype;
+    int64_t a_b, a_t, a_h;
+    const float *A_log;        /* [HV] */
+    const float *dt_bias;      /* may be NULL */
+    int64_t dt_h;
+    float sp_beta, sp_threshold;
+    const void *beta;          /* [B, T, HV] */
+    gdn_dtype beta_dtype;
+    int64_t be_b, be_t, be_h;
+    int beta_from_logits, allow_neg_eigval;
+    float scale;
+    int l2norm;
+    const void *h0;            /* may be NULL */
+    void *ht;                  /* may be NULL */
+    gdn_dtype state_dtype;
+    int64_t h0_s[4], ht_s[4];  /* {seq, hv, k, v} */
+    unsigned char *ws;
+    /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
+     * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
+     * head, segment), the segment's affine map as the final S^T of the chain over V + K virtual
+     * value columns: rows 0 .. V - 1 are N^T (real v, zero start), rows V .. V + K - 1 are M^T
+     * (v = 0, identity start), f32, row pitch K. cp_start holds the state entering each segment
+     * (S^T, V x K, f32), written by the scan. */
+    int64_t seg_chunks, nseg;
+    float *cp_pre, *cp_start;
+};
+
+/* 2^x in one MUFU.EX2 (relative error ~2^-22); x <= 0 here, so no overflow. */
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Sequence n: batch row, first token, length, first workspace slot. */
+struct SeqInfo {
+    int64_t row, bos, len, slot0;
+};
+
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+__device__ __forceinline__ int64_t clamp_t(const ChunkParams &p, int32_t x)
+{
+    return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
+}
+
+__device__ __forceinline__ SeqInfo sequence(const ChunkParams &p, int64_t n)
+{
+    SeqInfo s;
+    if (p.cu) {
+        const int64_t a = clamp_t(p, p.cu[n]), b = clamp_t(p, p.cu[n + 1]);
+        s.row = 0;
+        s.bos = a;
+        s.len = b > a ? b - a : 0;
+        s.slot0 = a / C + n;
+    } else {
+        s.row = n;
+        s.bos = 0;
+        s.len = p.T;
+        s.slot0 = n * p.cps;
+    }
+    return s;
+}
+
+
+__device__ __forceinline__ float load_state(const ChunkParams &p, const void *base, int64_t i)
+{
+    return p.state_dtype == GDN_DTYPE_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i])
+                                           : static_cast<const float *>(base)[i];
+}
+
+} /* namespace gdn_chunk */
+
+#endif /* GDN_SM90_CHUNK_COMMON_CUH */

@@ -1,0 +1,73 @@
+/*
+ * sm90_chunk_tuning.cuh - the tuning constants of the chunked forward in one place. A shipping
+ * build defines no GDN_CHUNK_DEV_* macro and gets the defaults below; the dev scripts
+ * (dev/prefill/prof-coop.sh, check-wg-gva.sh) build with -DGDN_CHUNK_DEV_<NAME>=... to time or
+ * test the alternatives. No switch adds a field to a launch struct. Why each default is what it
+ * is: the comment at its use, and dev/prefill/README.md for the measurements.
+ */
+#ifndef GDN_SM90_CHUNK_TUNING_CUH
+#define GDN_SM90_CHUNK_TUNING_CUH
+
+namespace gdn_chunk {
+
+/* CTAs per SM that chunk_prep's registers are fitted to (__launch_bounds__): 5 gives 96 registers
+ * without spills where prep is a large share of the time; 6 would spill. */
+#ifdef GDN_CHUNK_DEV_PREP_CTAS
+constexpr int PREP_CTAS = GDN_CHUNK_DEV_PREP_CTAS;
+#else
+constexpr int PREP_CTAS = 5;
+#endif
+
+/* Chunk slots per launch_coop counter: the main pass polls once per block of them. */
+#ifdef GDN_CHUNK_DEV_FLAG_BLOCK
+constexpr int FLAG_BLOCK = GDN_CHUNK_DEV_FLAG_BLOCK;
+#else
+constexpr int FLAG_BLOCK = 4;
+#endif
+
+/* Value rows of S^T per cp_scan CTA. */
+#ifdef GDN_CHUNK_DEV_SCAN_ROWS
+constexpr int SCAN_ROWS = GDN_CHUNK_DEV_SCAN_ROWS;
+#else
+constexpr int SCAN_ROWS = 8;
+#endif
+
+/* Launcher rules switched off or forced, for comparisons: no context parallelism, no cooperative
+ * grid, a fixed CP segment count (0: the rule), a cap on chunk_prep's head groups without the wave
+ * rule (0: the rule; tests use it so that every G takes the grouped path). */
+#ifdef GDN_CHUNK_DEV_NO_CP
+constexpr bool TUNE_NO_CP = true;
+#else
+constexpr bool TUNE_NO_CP = false;
+#endif
+#ifdef GDN_CHUNK_DEV_NO_COOP
+constexpr bool TUNE_NO_COOP = true;
+#else
+constexpr bool TUNE_NO_COOP = false;
+#endif
+#ifdef GDN_CHUNK_DEV_SEGS
+constexpr int TUNE_SEGS = GDN_CHUNK_DEV_SEGS;
+#else
+constexpr int TUNE_SEGS = 0;
+#endif
+#ifdef GDN_CHUNK_DEV_PREP_HEADS
+constexpr int TUNE_PREP_HEADS = GDN_CHUNK_DEV_PREP_HEADS;
+#else
+constexpr int TUNE_PREP_HEADS = 0;
+#endif
+
+/* launch_coop probes, from the second call on (the first call's records and output stay in
+ * place): 1 the prep units alone, 2 the main pass alone (every flag set before the launch), 3 as 2
+ * without the flag polls. The launcher sets coop_probe before each cooperative launch. */
+#ifdef GDN_CHUNK_DEV_COOP_PROBE
+constexpr int TUNE_COOP_PROBE = GDN_CHUNK_DEV_COOP_PROBE;
+__device__ int coop_probe;
+__device__ __forceinline__ int coop_probe_now() { return coop_probe; }
+#else
+constexpr int TUNE_COOP_PROBE = 0;
+__device__ __forceinline__ int coop_probe_now() { return 0; }
+#endif
+
+} /* namespace gdn_chunk */
+
+#endif /* GDN_SM90_CHUNK_TUNING_CUH */

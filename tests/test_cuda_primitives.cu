@@ -1,0 +1,335 @@
+/*
+ * test_cuda_primitives.cu - the Hopper building blocks of src/cuda/sm90_primitives.cuh and the
+ * gate formulas of src/cuda/cuda_gate.cuh, each in a small kernel against a host reference:
+ *   bulk_copy  mbarrier + cp.async.bulk of 4 KB into shared memory, read back exactly
+ *   mbarrier   four phases of 128 arrivals, each waited for with its parity
+ *   tf32       3xTF32 (tf32_split, mma_tf32) of a 16 x 8 x 8 product against float64
+ *   wgmma      m64n64k16 bf16 wgmma, A and B in 128-byte-swizzled boxes through descriptors, and
+ *              the accumulator fragment map, against float64
+ *   gate       gate_log_decay / gate_beta bitwise equal to the gating op (gdn_gating on CUDA)
+ * Skips (and passes) without a GPU.
+ *   build/tests/test_cuda_primitives [name substring ...]
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/cuda_gate.cuh"
+#include "cuda/sm90_primitives.cuh"
+extern "C" {
+#include "test_util.h"
+}
+
+using namespace gdn_sm90;
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            tu_expect(0, "%s: %s", #call, cudaGetErrorString(e_));                                 \
+            return TU_FAIL;                                                                        \
+        }                                                                                          \
+    } while (0)
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (tu_cuda_device_count() == 0) {                                                         \
+            tu_skip_reason("no CUDA device");                                                      \
+            return TU_SKIP;                                                                        \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+
+constexpr int COPY_BYTES = 4096;
+
+__global__ void bulk_copy_kernel(const uint32_t *src, uint32_t *dst)
+{
+    __shared__ __align__(128) uint32_t buf[COPY_BYTES / 4];
+    __shared__ __align__(8) uint64_t bar;
+    if (threadIdx.x == 0) {
+        mbar_init(&bar, 1);
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(&bar, COPY_BYTES);
+        bulk_load(buf, src, COPY_BYTES, &bar);
+    }
+    mbar_wait(&bar, 0);
+    for (int i = threadIdx.x; i < COPY_BYTES / 4; i += blockDim.x)
+        dst[i] = buf[COPY_BYTES / 4 - 1 - i]; /* reversed: the data went through shared memory */
+}
+
+static int test_bulk_copy(void)
+{
+    NEED_GPU();
+    uint32_t h[COPY_BYTES / 4], out[COPY_BYTES / 4];
+    tu_rng r = tu_rng_make(1);
+    for (int i = 0; i < COPY_BYTES / 4; i++)
+        h[i] = (uint32_t)tu_rng_u64(&r);
+    uint32_t *ds, *dd;
+    CK(cudaMalloc(&ds, COPY_BYTES));
+    CK(cudaMalloc(&dd, COPY_BYTES));
+    CK(cudaMemcpy(ds, h, COPY_BYTES, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dd, 0xff, COPY_BYTES));
+    bulk_copy_kernel<<<1, 128>>>(ds, dd);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(out, dd, COPY_BYTES, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < COPY_BYTES / 4; i++)
+        bad += out[i] != h[COPY_BYTES / 4 - 1 - i];
+    tu_expect(bad == 0, "bulk_copy: %d of %d words differ", bad, COPY_BYTES / 4);
+    cudaFree(ds);
+    cudaFree(dd);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+constexpr int PHASES = 4;
+
+/* Each phase: every thread adds to its slot, arrives, waits for the phase; then thread t checks
+ * that every thread's slot of this phase is written (an early wait would see a stale slot). */
+__global__ void mbarrier_kernel(int *errors)
+{
+    __shared__ __align__(8) uint64_t bar;
+    __shared__ int slot[128];
+    if (threadIdx.x == 0) {
+        mbar_init(&bar, blockDim.x);
+        mbar_fence_init();
+    }
+    slot[threadIdx.x] = -1;
+    __syncthreads();
+    for (int k = 0; k < PHASES; k++) {
+        slot[threadIdx.x] = k;
+        mbar_arrive(&bar);
+        mbar_wait(&bar, k & 1);
+        const int other = slot[(threadIdx.x + 37) % blockDim.x];
+        if (other < k)
+            atomicAdd(errors, 1);
+        __syncthreads(); /* nobody writes phase k + 1 before everyone read phase k */
+    }
+}
+
+static int test_mbarrier(void)
+{
+    NEED_GPU();
+    int *d, h = -1;
+    CK(cudaMalloc(&d, sizeof(int)));
+    CK(cudaMemset(d, 0, sizeof(int)));
+    mbarrier_kernel<<<1, 128>>>(d);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost));
+    tu_expect(h == 0, "mbarrier: %d reads of a slot before its phase completed", h);
+    cudaFree(d);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+/* D (16 x 8) = A (16 x 8) B (8 x 8), row-major f32, one warp, 3xTF32 in the fragment layout of
+ * mma_tf32's comment. */
+__global__ void tf32_kernel(const float *A, const float *B, float *D)
+{
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const Tf32Pair a0 = tf32_split(A[g * 8 + t]), a1 = tf32_split(A[(g + 8) * 8 + t]);
+    const Tf32Pair a2 = tf32_split(A[g * 8 + t + 4]), a3 = tf32_split(A[(g + 8) * 8 + t + 4]);
+    const Tf32Pair b0 = tf32_split(B[t * 8 + g]), b1 = tf32_split(B[(t + 4) * 8 + g]);
+    const uint32_t ah[4] = {a0.hi, a1.hi, a2.hi, a3.hi}, al[4] = {a0.lo, a1.lo, a2.lo, a3.lo};
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    mma_tf32(d, al, b0.hi, b1.hi);
+    mma_tf32(d, ah, b0.lo, b1.lo);
+    mma_tf32(d, ah, b0.hi, b1.hi);
+    /* C fragment: c0, c1 = (g, 2t .. 2t + 1), c2, c3 = (g + 8, 2t .. 2t + 1) */
+    D[g * 8 + 2 * t] = d[0];
+    D[g * 8 + 2 * t + 1] = d[1];
+    D[(g + 8) * 8 + 2 * t] = d[2];
+    D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
+static int test_tf32(void)
+{
+    NEED_GPU();
+    float hA[128], hB[64], hD[128];
+    double ref[128];
+    tu_rng r = tu_rng_make(2);
+    tu_fill_normal(hA, 128, &r, 0.f, 1.f);
+    tu_fill_normal(hB, 64, &r, 0.f, 1.f);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double s = 0;
+            for (int k = 0; k < 8; k++)
+                s += (double)hA[i * 8 + k] * hB[k * 8 + j];
+            ref[i * 8 + j] = s;
+        }
+    float *dA, *dB, *dD;
+    CK(cudaMalloc(&dA, sizeof hA));
+    CK(cudaMalloc(&dB, sizeof hB));
+    CK(cudaMalloc(&dD, sizeof hD));
+    CK(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dB, hB, sizeof hB, cudaMemcpyHostToDevice));
+    tf32_kernel<<<1, 32>>>(dA, dB, dD);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost));
+    /* one TF32 product alone is off by ~1e-3 relative; three reach f32-class accuracy */
+    tu_check("3xTF32 16x8x8", tu_compare(hD, GDN_DTYPE_F32, ref, GDN_DTYPE_F64, 128), 1e-5);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+/* D (64 x 64) = A (64 x 16) B^T, B stored [64 n][16 k]: one warpgroup, both operands K-major in
+ * one swizzled box each (columns 16 .. 63 zero), one m64n64k16 wgmma, D through acc_row / acc_col. */
+__global__ void wgmma_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *B, float *D)
+{
+    __shared__ __align__(1024) unsigned char sa[BOX_BYTES];
+    __shared__ __align__(1024) unsigned char sb[BOX_BYTES];
+    const int t = threadIdx.x;
+    for (int i = t; i < 64 * 64; i += 128) {
+        const int row = i / 64, col = i % 64;
+        const __nv_bfloat16 zero = __float2bfloat16(0.f);
+        *reinterpret_cast<__nv_bfloat16 *>(sa + box_offset(row, col)) = col < 16 ? A[row * 16 + col] : zero;
+        *reinterpret_cast<__nv_bfloat16 *>(sb + box_offset(row, col)) = col < 16 ? B[row * 16 + col] : zero;
+    }
+    fence_proxy_async();
+    __syncthreads();
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        d[i] = 0.f;
+    fence();
+    mma_ss<__nv_bfloat16, 0>(d, desc_kmajor(smem_u32(sa)), desc_kmajor(smem_u32(sb)), 0);
+    commit();
+    wait<0>();
+    acc_fence(d);
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        D[acc_row(t, i) * 64 + acc_col(t, i)] = d[i];
+}
+
+static int test_wgmma(void)
+{
+    NEED_GPU();
+    int major = 0;
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major != 9) {
+        tu_skip_reason("wgmma needs sm_90");
+        return TU_SKIP;
+    }
+    float fa[64 * 16], fb[64 * 16], hD[64 * 64];
+    uint16_t ha[64 * 16], hb[64 * 16];
+    double ref[64 * 64];
+    tu_rng r = tu_rng_make(3);
+    tu_fill_normal(fa, 64 * 16, &r, 0.f, 1.f);
+    tu_fill_normal(fb, 64 * 16, &r, 0.f, 1.f);
+    for (int i = 0; i < 64 * 16; i++) {
+        ha[i] = tu_f32_to_bf16(fa[i]);
+        hb[i] = tu_f32_to_bf16(fb[i]);
+    }
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < 64; n++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++)
+                s += (double)tu_bf16_to_f32(ha[m * 16 + k]) * tu_bf16_to_f32(hb[n * 16 + k]);
+            ref[m * 64 + n] = s;
+        }
+    __nv_bfloat16 *dA, *dB;
+    float *dD;
+    CK(cudaMalloc(&dA, sizeof ha));
+    CK(cudaMalloc(&dB, sizeof hb));
+    CK(cudaMalloc(&dD, sizeof hD));
+    CK(cudaMemcpy(dA, ha, sizeof ha, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dB, hb, sizeof hb, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dD, 0xff, sizeof hD)); /* NaN: an element the fragment map misses fails */
+    wgmma_kernel<<<1, 128>>>(dA, dB, dD);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost));
+    /* bf16 products are exact in f32: only the f32 sums of 16 round */
+    tu_check("wgmma m64n64k16 bf16", tu_compare(hD, GDN_DTYPE_F32, ref, GDN_DTYPE_F64, 64 * 64), 1e-6);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+/* g and beta of n tokens of one head from the shared formulas, as chunk_prep and the recurrent
+ * kernels call them. */
+__global__ void gate_kernel(const float *a, const float *b, float A_log, float dt_bias, float beta_sp, float thr,
+                            int neg, int n, float *g, float *beta)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        g[i] = gate_log_decay(a[i], dt_bias, A_log, beta_sp, thr);
+        beta[i] = gate_beta(b[i], neg);
+    }
+}
+
+static int test_gate(void)
+{
+    NEED_GPU();
+    enum { N = 4096 };
+    static float ha[N], hb[N], g_op[N], b_op[N], g_f[N], b_f[N];
+    tu_rng r = tu_rng_make(4);
+    tu_fill_normal(ha, N, &r, 0.f, 8.f); /* both softplus branches: beta_sp x above and below 20 */
+    tu_fill_normal(hb, N, &r, 0.f, 4.f);
+    ha[0] = 30.f, ha[1] = -30.f, hb[0] = 100.f, hb[1] = -100.f;
+    for (int neg = 0; neg < 2; neg++) {
+        const float A_log = 0.37f, dt = -0.25f, beta_sp = 1.5f, thr = 20.f;
+        float *d, *dA_log, *ddt;
+        CK(cudaMalloc(&d, 6 * N * sizeof(float)));
+        CK(cudaMalloc(&dA_log, sizeof(float)));
+        CK(cudaMalloc(&ddt, sizeof(float)));
+        float *da = d, *db = d + N, *dg = d + 2 * N, *dbeta = d + 3 * N, *dg2 = d + 4 * N, *dbeta2 = d + 5 * N;
+        CK(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dA_log, &A_log, sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(ddt, &dt, sizeof(float), cudaMemcpyHostToDevice));
+
+        const int64_t shape[3] = {1, N, 1}, hshape[1] = {1};
+        gdn_gating_args x;
+        memset(&x, 0, sizeof x);
+        x.kind = GDN_GATE_GDN;
+        x.a = tu_tensor(da, GDN_DTYPE_F32, 3, shape);
+        x.A_log = tu_tensor(dA_log, GDN_DTYPE_F32, 1, hshape);
+        x.dt_bias = tu_tensor(ddt, GDN_DTYPE_F32, 1, hshape);
+        x.softplus_beta = beta_sp;
+        x.softplus_threshold = thr;
+        x.g_out = tu_tensor(dg, GDN_DTYPE_F32, 3, shape);
+        x.b = tu_tensor(db, GDN_DTYPE_F32, 3, shape);
+        x.allow_neg_eigval = neg;
+        x.beta_out = tu_tensor(dbeta, GDN_DTYPE_F32, 3, shape);
+        x.a.device = x.A_log.device = x.dt_bias.device = x.g_out.device = GDN_DEVICE_CUDA;
+        x.b.device = x.beta_out.device = GDN_DEVICE_CUDA;
+        const gdn_status st = gdn_gating(&x);
+        tu_expect(st == GDN_OK, "gdn_gating: %s", gdn_last_error());
+        gate_kernel<<<8, 256>>>(da, db, A_log, dt, beta_sp, thr, neg, N, dg2, dbeta2);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(g_op, dg, sizeof g_op, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b_op, dbeta, sizeof b_op, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(g_f, dg2, sizeof g_f, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b_f, dbeta2, sizeof b_f, cudaMemcpyDeviceToHost));
+        tu_expect(tu_same_bytes(g_op, g_f, sizeof g_op), "g: gating op and gate_log_decay differ (neg %d)", neg);
+        tu_expect(tu_same_bytes(b_op, b_f, sizeof b_op), "beta: gating op and gate_beta differ (neg %d)", neg);
+        cudaFree(d);
+        cudaFree(dA_log);
+        cudaFree(ddt);
+    }
+    return TU_PASS;
+}
+
+int main(int argc, char **argv)
+{
+    static const tu_test tests[] = {
+        {"bulk_copy", test_bulk_copy}, {"mbarrier", test_mbarrier}, {"tf32", test_tf32},
+        {"wgmma", test_wgmma},         {"gate", test_gate},
+    };
+    return tu_main(tests, TU_COUNT(tests), argc, argv);
+}
