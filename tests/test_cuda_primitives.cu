@@ -229,15 +229,16 @@ static int test_wgmma(void)
     tu_rng r = tu_rng_make(3);
     tu_fill_normal(fa, 64 * 16, &r, 0.f, 1.f);
     tu_fill_normal(fb, 64 * 16, &r, 0.f, 1.f);
-    for (int i = 0; i < 64 * 16; i++) {
-        ha[i] = tu_f32_to_bf16(fa[i]);
-        hb[i] = tu_f32_to_bf16(fb[i]);
-    }
+    float ra[64 * 16], rb[64 * 16]; /* the bf16 values as f32 */
+    gdn_f32_to_bf16(fa, ha, 64 * 16);
+    gdn_f32_to_bf16(fb, hb, 64 * 16);
+    gdn_bf16_to_f32(ha, ra, 64 * 16);
+    gdn_bf16_to_f32(hb, rb, 64 * 16);
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < 64; n++) {
             double s = 0;
             for (int k = 0; k < 16; k++)
-                s += (double)tu_bf16_to_f32(ha[m * 16 + k]) * tu_bf16_to_f32(hb[n * 16 + k]);
+                s += (double)ra[m * 16 + k] * rb[n * 16 + k];
             ref[m * 64 + n] = s;
         }
     __nv_bfloat16 *dA, *dB;
