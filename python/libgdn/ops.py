@@ -317,6 +317,11 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
         h0 = h0.to(state_dtype)
     cu = _index_tensor(cu_seqlens)
     if _recurrent_instead(fn, q, kind):
+        # The recurrent op calls its state argument `state`; name the chunk function's argument.
+        rows = cu.shape[0] - 1 if cu is not None else q.shape[0]
+        if h0 is not None and h0.dim() >= 1 and h0.shape[0] != rows:
+            raise C.GDNInvalidArgumentError(f"{fn}: initial_state: shape[0] = {h0.shape[0]}, expected {rows}",
+                                            C.GDN_ERR_INVALID_ARGUMENT)
         o, final = _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, 0.0, 0.0, beta, beta_from_logits,
                                        allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first, h0, None, None,
                                        False, False, 1 if output_final_state else 0, state_dtype)
