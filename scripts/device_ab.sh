@@ -25,7 +25,8 @@ build() { # tree name: the tree's static library, then its benchmarks against it
     local t=$1 b=$BUILD/$2
     cmake -S "$t" -B "$b" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON >"$OUT/build-$2.log" 2>&1 &&
         cmake --build "$b" -j"$jobs" --target gdn_static >>"$OUT/build-$2.log" 2>&1 || return 1
-    local lib=$b/libgdn_static.a
+    local lib=$b/libgdn.a
+    [ -f "$lib" ] || lib=$b/libgdn_static.a # trees from before the static library was named libgdn.a
     # bench_decode of trees before issue 15 includes private headers (-I src); the timed part is the
     # public API in both.
     nvcc "${ARCH[@]}" -I"$t/include" -I"$t/src" -DGDN_WITH_CUDA "$t/bench/bench_prefill.cu" "$lib" -lpthread -lm \

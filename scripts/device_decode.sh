@@ -35,7 +35,7 @@ TEST=$BUILD/tests/test_cuda_recurrent
 BENCH=$BUILD/bench_decode
 if [ "${DECODE_VARIANTS:-0}" = 1 ]; then
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DGDN_WITH_CUDA \
-        -Iinclude -Isrc -Ibench dev/decode/decode_sweeps.cu "$BUILD/libgdn_static.a" -lpthread \
+        -Iinclude -Isrc -Ibench dev/decode/decode_sweeps.cu "$BUILD/libgdn.a" -lpthread \
         -o "$BUILD/decode_sweeps" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 fi
 echo "build: $(( $(date +%s) - t0 )) s"

@@ -50,9 +50,9 @@ build() {
     case $1 in main) tg="$tg gdn test_cuda_chunk" ;; h4) tg="$tg test_cuda_chunk" ;; esac
     cmake -S $src -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$(flags "$1")" >"$d.log" 2>&1 &&
         cmake --build $d -j5 --target $tg >>"$d.log" 2>&1 &&
-        nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$d.log" 2>&1 &&
+        nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $(ls $d/libgdn.a $d/libgdn_static.a 2>/dev/null | head -1) -lpthread -o $d/bench_prefill >>"$d.log" 2>&1 &&
         gcc -std=c11 -O2 -I$R/include -I$R/tests -I$CUDA_HOME/include $R/dev/prefill/prep_gva_digest.c \
-            $d/tests/libgdn_test_util.a $d/libgdn_static.a -L$CUDA_HOME/lib64 -lcudart -lstdc++ -lm -lpthread \
+            $d/tests/libgdn_test_util.a $(ls $d/libgdn.a $d/libgdn_static.a 2>/dev/null | head -1) -L$CUDA_HOME/lib64 -lcudart -lstdc++ -lm -lpthread \
             -o $d/prep_gva_digest >>"$d.log" 2>&1
 }
 VARIANTS="main nogroup h4${BASE:+ base}"

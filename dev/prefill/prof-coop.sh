@@ -49,7 +49,7 @@ build() {
     [ "$1" = main ] && tg="gdn_static test_cuda_chunk"
     cmake -S $src -B $d -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_FLAGS="$(flags "$1")" >"$LOGS/build_$1.log" 2>&1 &&
         cmake --build $d -j4 --target $tg >>"$LOGS/build_$1.log" 2>&1 &&
-        nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $d/libgdn_static.a -lpthread -o $d/bench_prefill >>"$LOGS/build_$1.log" 2>&1
+        nvcc -O3 -std=c++17 $ARCH -I$src/include $src/bench/bench_prefill.cu $(ls $d/libgdn.a $d/libgdn_static.a 2>/dev/null | head -1) -lpthread -o $d/bench_prefill >>"$LOGS/build_$1.log" 2>&1
 }
 VARIANTS=${VARIANTS:-main nocoop prep mainonly}
 ALL="$VARIANTS${BASE:+ base}"
