@@ -123,13 +123,13 @@ __global__ void __launch_bounds__(THREADS_X * THREADS_Y) pack_kernel(const PackP
 
 /* How a side is walked: bit 1 set when along the tokens (the token stride is the smaller of the
  * two), bit 0 when a pair along that dim is one aligned 32-bit access (unit stride, and every pair's
- * address 4-byte aligned: an aligned base and even strides elsewhere). */
-static int access_mode(const void *base, const int64_t s[4], int TT, int TD)
+ * address 4-byte aligned: an aligned base and even strides elsewhere; tile origins are even). */
+static int access_mode(const void *base, const int64_t s[4])
 {
     const bool t_fast = s[1] < s[3];
     const int64_t slow = t_fast ? s[3] : s[1];
     const bool vec = (t_fast ? s[1] : s[3]) == 1 && (uintptr_t)base % 4 == 0 && s[0] % 2 == 0 && s[2] % 2 == 0 &&
-                     slow % 2 == 0 && TT % 2 == 0 && TD % 2 == 0;
+                     slow % 2 == 0;
     return 2 * t_fast + vec;
 }
 
@@ -148,8 +148,8 @@ gdn_status launch_pack(const void *src, const int64_t src_s[4], void *dst, const
     p.H = H;
     p.D = D;
     p.t_tiles = (T + TT - 1) / TT;
-    p.src_mode = access_mode(src, src_s, TT, TD);
-    p.dst_mode = access_mode(dst, dst_s, TT, TD);
+    p.src_mode = access_mode(src, src_s);
+    p.dst_mode = access_mode(dst, dst_s);
     const int64_t bx = B * H * p.t_tiles, by = (D + TD - 1) / TD;
     if (bx > INT32_MAX || by > 65535)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "packing a [%lld, %lld, %lld, %lld] view: grid too large",
