@@ -276,8 +276,6 @@ static gdn_view view_of(const gdn_tensor *t)
     return v;
 }
 
-static int head_dim_supported(int64_t d) { return d == 64 || d == 128 || d == 256; }
-
 #define TRY(expr)                                                                                                  \
     do {                                                                                                           \
         gdn_status st_ = (expr);                                                                                   \
@@ -427,12 +425,6 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
                              "v has HV = %lld value heads, not a multiple of q's H = %lld key heads",
                              (long long)p->HV, (long long)p->H);
     p->G = p->HV / p->H;
-    if (!head_dim_supported(p->K))
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld is unsupported (64, 128 or 256)",
-                             (long long)p->K);
-    if (!head_dim_supported(p->V))
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld is unsupported (64, 128 or 256)",
-                             (long long)p->V);
 
     if (!isfinite(scale))
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
@@ -764,6 +756,8 @@ static gdn_status resolve_recurrent(const gdn_recurrent_fwd_args *args, gdn_prob
 
 typedef struct fwd_op {
     gdn_status (*resolve)(const void *args, gdn_problem *p, device_ctx *dev);
+    gdn_status (*cpu_check)(const gdn_problem *p);  /* the backends' own limits (problem.h) */
+    gdn_status (*cuda_check)(const gdn_problem *p);
     gdn_status (*cpu)(const gdn_problem *p);
     size_t (*cuda_workspace)(const gdn_problem *p);     /* the query's answer: the fastest path */
     size_t (*cuda_workspace_min)(const gdn_problem *p); /* the least the call accepts */
@@ -777,14 +771,23 @@ static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p, int least)
     return 0;
 }
 
+/* Arguments valid, backend built in, problem within the backend's limits: what a query and a call
+ * both establish before anything else. */
+static gdn_status fwd_prepare(const fwd_op *op, const void *args, gdn_problem *p)
+{
+    device_ctx dev = {0};
+    TRY(op->resolve(args, p, &dev));
+    TRY(check_backend(&dev));
+    return p->device == GDN_DEVICE_CUDA ? op->cuda_check(p) : op->cpu_check(p);
+}
+
 static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t *bytes)
 {
     clear_error();
     if (!bytes)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     gdn_problem p;
-    device_ctx dev = {0};
-    TRY(op->resolve(args, &p, &dev));
+    TRY(fwd_prepare(op, args, &p));
     *bytes = fwd_workspace(op, &p, 0);
     return GDN_OK;
 }
@@ -811,9 +814,7 @@ static gdn_status fwd_run(const fwd_op *op, const void *args)
 {
     clear_error();
     gdn_problem p;
-    device_ctx dev = {0};
-    TRY(op->resolve(args, &p, &dev));
-    TRY(check_backend(&dev));
+    TRY(fwd_prepare(op, args, &p));
     TRY(check_workspace(op, &p));
     return p.device == GDN_DEVICE_CUDA ? op->cuda(&p) : op->cpu(&p);
 }
@@ -828,10 +829,19 @@ static gdn_status resolve_recurrent_any(const void *args, gdn_problem *p, device
     return resolve_recurrent((const gdn_recurrent_fwd_args *)args, p, dev);
 }
 
-static const fwd_op chunk_op = {resolve_chunk_any, gdn_cpu_chunk_fwd, gdn_cuda_chunk_fwd_workspace_size,
-                                gdn_cuda_chunk_fwd_workspace_min, gdn_cuda_chunk_fwd};
-static const fwd_op recurrent_op = {resolve_recurrent_any, gdn_cpu_recurrent_fwd,
-                                    gdn_cuda_recurrent_fwd_workspace_size, gdn_cuda_recurrent_fwd_workspace_size,
+static const fwd_op chunk_op = {resolve_chunk_any,
+                                gdn_cpu_chunk_fwd_check,
+                                gdn_cuda_chunk_fwd_check,
+                                gdn_cpu_chunk_fwd,
+                                gdn_cuda_chunk_fwd_workspace_size,
+                                gdn_cuda_chunk_fwd_workspace_min,
+                                gdn_cuda_chunk_fwd};
+static const fwd_op recurrent_op = {resolve_recurrent_any,
+                                    gdn_cpu_recurrent_fwd_check,
+                                    gdn_cuda_recurrent_fwd_check,
+                                    gdn_cpu_recurrent_fwd,
+                                    gdn_cuda_recurrent_fwd_workspace_size,
+                                    gdn_cuda_recurrent_fwd_workspace_size,
                                     gdn_cuda_recurrent_fwd};
 
 gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes)

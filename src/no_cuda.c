@@ -1,8 +1,8 @@
 /*
  * no_cuda.c - the CUDA backend's entry points in a build without it (GDN_CUDA=OFF or no nvcc), so
  * that the API layer dispatches the same way in every build. Unreachable through the API, which
- * refuses CUDA tensors first (GDN_ERR_NO_BACKEND, naming the tensor); the workspace queries
- * answer 0 as they did before the refusal existed.
+ * refuses CUDA tensors first, in calls and workspace queries alike (GDN_ERR_NO_BACKEND, naming the
+ * tensor).
  */
 #include "problem.h"
 
@@ -12,6 +12,18 @@ static gdn_status no_backend(void)
 }
 
 gdn_status gdn_cuda_gating(const gdn_gating_problem *p)
+{
+    (void)p;
+    return no_backend();
+}
+
+gdn_status gdn_cuda_chunk_fwd_check(const gdn_problem *p)
+{
+    (void)p;
+    return no_backend();
+}
+
+gdn_status gdn_cuda_recurrent_fwd_check(const gdn_problem *p)
 {
     (void)p;
     return no_backend();

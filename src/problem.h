@@ -102,8 +102,15 @@ gdn_status gdn_set_error(gdn_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Each backend states its own limits: gdn_*_check accepts a resolved problem that the backend runs
+ * and otherwise returns GDN_ERR_UNSUPPORTED with a message naming the limit. The API calls the
+ * check of the problem's backend before a workspace query answers and before a call runs, so the
+ * op entries below may assume it passed. */
+
 /* CPU backend (src/cpu/). */
 gdn_status gdn_cpu_gating(const gdn_gating_problem *p);
+gdn_status gdn_cpu_chunk_fwd_check(const gdn_problem *p);
+gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p);
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
 
@@ -111,6 +118,8 @@ gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
  * the API refuses CUDA tensors first). Each entry that runs work makes p->device_ordinal the
  * current device for its duration. */
 gdn_status gdn_cuda_gating(const gdn_gating_problem *p);
+gdn_status gdn_cuda_chunk_fwd_check(const gdn_problem *p);
+gdn_status gdn_cuda_recurrent_fwd_check(const gdn_problem *p);
 size_t gdn_cuda_chunk_fwd_workspace_size(const gdn_problem *p);
 size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the call accepts */
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);

@@ -52,7 +52,7 @@ expect 2 "--value-heads 3 must be a multiple of --heads 2" bench --heads 2 --val
 expect 2 "the size of q overflows" bench "${small[@]}" --batch 2147483647 --tokens 2147483647 --heads 2147483647 \
     --value-heads 2147483647
 # a shape the library refuses: its message, exit 1
-expect 1 "head dim K = 96" bench "${small[@]}" --key-dim 96
+expect 1 "head dims K = 320, V = 64: the CPU backend takes each in 1 .. 256" bench "${small[@]}" --key-dim 320
 # small runs of both ops, every dtype and layout option
 expect 0 "gdn_recurrent_fwd .*B=1 T=1 H=1 HV=2 K=64 V=64 bf16, VK f32 state" bench "${small[@]}"
 expect 0 "gdn_chunk_fwd .*f16, KV bf16 state" bench "${small[@]}" --dtype f16 --state-layout kv --state-dtype bf16 --op chunk

@@ -213,16 +213,38 @@ static int test_gva(void)
     return TU_PASS;
 }
 
+/* The CPU backend takes any head dims from 1 to GDN_CPU_MAX_HEAD_DIM, including ones no SIMD
+ * width divides; past the limit the query and the call both refuse, naming the dims. */
 static int test_head_dims(void)
 {
-    const int64_t dims[][2] = {{64, 64}, {128, 128}, {64, 128}, {128, 64}};
-    for (int i = 0; i < 4; i++) {
+    const int64_t dims[][2] = {{64, 64}, {128, 128}, {64, 128}, {128, 64}, {1, 1}, {5, 3}, {96, 48}, {256, 24}};
+    for (int i = 0; i < 8; i++) {
         tu_case_config c = defaults(400 + (uint64_t)i);
         c.K = dims[i][0];
         c.V = dims[i][1];
         c.layout = i % 2 ? GDN_STATE_VK : GDN_STATE_KV;
         run_case(&c);
     }
+    tu_case_config c = defaults(410);
+    c.K = 257;
+    c.V = 8;
+    tu_case tc;
+    tu_case_init(&tc, &c);
+    const size_t n_o = (size_t)(c.B * c.T * c.HV * c.V);
+    for (int op = 0; op < 2; op++) {
+        tu_case_poison(&tc);
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&tc);
+        gdn_status st = tu_fwd(op, &a);
+        tu_expect(st == GDN_ERR_UNSUPPORTED && strstr(gdn_last_error(), "K = 257"), "op %d with K = 257: %s (%s)", op,
+                  gdn_status_string(st), gdn_last_error());
+        tu_expect(tu_count_poison(tc.o, c.dtype, n_o) == n_o, "op %d with K = 257 wrote o", op);
+        size_t bytes = 0;
+        gdn_chunk_fwd_args ca = tu_chunk_args(&a);
+        st = op == TU_RECURRENT ? gdn_recurrent_fwd_workspace_size(&a, &bytes)
+                                : gdn_chunk_fwd_workspace_size(&ca, &bytes);
+        tu_expect(st == GDN_ERR_UNSUPPORTED, "op %d workspace query with K = 257: %s", op, gdn_status_string(st));
+    }
+    tu_case_free(&tc);
     return TU_PASS;
 }
 

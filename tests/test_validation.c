@@ -152,8 +152,6 @@ MUT(m_g_shape) { f->gate->g = t3(X.g, B, T, HV + 1); }
 MUT(m_g_rank_kda) { f->gate->kind = GDN_GATE_KDA; }
 MUT(m_beta_shape) { f->gate->beta = t3(X.beta, B, T + 1, HV); }
 MUT(m_hv_not_multiple) { *f->q = t4(X.q, B, T, 3, K); *f->k = t4(X.k, B, T, 3, K); }
-MUT(m_K96) { *f->q = t4(X.q, B, T, H, 96); *f->k = t4(X.k, B, T, H, 96); }
-MUT(m_V96) { *f->v = t4(X.v, B, T, HV, 96); *f->o = t4(X.o, B, T, HV, 96); }
 MUT(m_cu_start) { make_varlen(f); X.cu[0] = 1; }
 MUT(m_cu_decreasing) { make_varlen(f); X.cu[1] = 11; }
 MUT(m_cu_end) { make_varlen(f); X.cu[2] = 2 * T - 1; }
@@ -224,8 +222,6 @@ static const common_case COMMON[] = {
     {"beta shape", m_beta_shape, GDN_ERR_INVALID_ARGUMENT, "beta"},
     {"HV % H != 0", m_hv_not_multiple, GDN_ERR_INVALID_ARGUMENT, "HV"},
     {"H = 0", m_zero_heads, GDN_ERR_INVALID_ARGUMENT, "H"},
-    {"head dim K = 96", m_K96, GDN_ERR_UNSUPPORTED, "K"},
-    {"head dim V = 96", m_V96, GDN_ERR_UNSUPPORTED, "V"},
     {"cu_seqlens[0] != 0", m_cu_start, GDN_ERR_INVALID_ARGUMENT, "cu_seqlens"},
     {"cu_seqlens decreasing", m_cu_decreasing, GDN_ERR_INVALID_ARGUMENT, "cu_seqlens"},
     {"cu_seqlens not ending at T", m_cu_end, GDN_ERR_INVALID_ARGUMENT, "cu_seqlens"},

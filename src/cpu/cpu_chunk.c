@@ -114,9 +114,6 @@ gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)
 {
     if (p->q.dtype == GDN_DTYPE_F64)
         return gdn_cpu_recurrent_fwd(p);
-    if (p->K < 1 || p->K > GDN_CPU_MAX_HEAD_DIM || p->V < 1 || p->V > GDN_CPU_MAX_HEAD_DIM)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "cpu chunk_fwd: head dims K = %lld, V = %lld (each 1 .. %d)",
-                             (long long)p->K, (long long)p->V, GDN_CPU_MAX_HEAD_DIM);
     const int64_t items = p->N * p->HV;
     if (items == 0)
         return GDN_OK;

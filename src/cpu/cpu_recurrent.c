@@ -168,11 +168,20 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
         store_state(p, &p->state_in, slot, hv, S);
 }
 
-gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p)
+/* The CPU's limits, for the chunk op as well: any head dims up to GDN_CPU_MAX_HEAD_DIM, every gate,
+ * dtype and state option of the API. */
+gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p)
 {
     if (p->K < 1 || p->K > GDN_CPU_MAX_HEAD_DIM || p->V < 1 || p->V > GDN_CPU_MAX_HEAD_DIM)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "cpu recurrent_fwd: head dims K = %lld, V = %lld (each 1 .. %d)",
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "head dims K = %lld, V = %lld: the CPU backend takes each in 1 .. %d",
                              (long long)p->K, (long long)p->V, GDN_CPU_MAX_HEAD_DIM);
+    return GDN_OK;
+}
+
+gdn_status gdn_cpu_chunk_fwd_check(const gdn_problem *p) { return gdn_cpu_recurrent_fwd_check(p); }
+
+gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p)
+{
     if (p->q.dtype != GDN_DTYPE_F64)
         return gdn_cpu_recurrent_f32(p);
     const int64_t items = p->N * p->HV;

@@ -338,29 +338,36 @@ extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p)
     return plan_pack(p).bytes + chunk_ws_bytes(p);
 }
 
-extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
+/* The CUDA chunk path's limits: GDN gates, bf16 / f16 inputs, K = 64 or 128, V = 64, 128 or 256,
+ * f32 or bf16 states, and one-dimensional grids (V / 64 CTAs per sequence and head in chunk_wg;
+ * CP: at most an SM's worth of segments, each (V + K) / 64). */
+extern "C" gdn_status gdn_cuda_chunk_fwd_check(const gdn_problem *p)
 {
-    DeviceGuard device;
-    const gdn_status dst = device.enter(p->device_ordinal);
-    if (dst != GDN_OK)
-        return dst;
     if (p->gate_kind != GDN_GATE_GDN)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_chunk_fwd: KDA gates are not supported on CUDA");
     if (p->q.dtype != GDN_DTYPE_BF16 && p->q.dtype != GDN_DTYPE_F16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: the CUDA chunk path takes bf16 or f16 inputs");
     if (p->K != 64 && p->K != 128)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA chunk path: 64 or 128)", (long long)p->K);
-    if (p->V % 64 != 0)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld must be a multiple of 64", (long long)p->V);
+    if (p->V != 64 && p->V != 128 && p->V != 256)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld (CUDA chunk path: 64, 128 or 256)",
+                             (long long)p->V);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    if (p->N == 0 || p->HV == 0)
-        return GDN_OK;
-    /* One-dimensional grids (V / 64 CTAs per sequence and head in chunk_wg; CP: at most an SM's
-     * worth of segments, each (V + K) / 64). */
     if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 64) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA chunk path's grid",
                              (long long)p->T, (long long)p->HV);
+    return GDN_OK;
+}
+
+extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
+{
+    DeviceGuard device;
+    const gdn_status dst = device.enter(p->device_ordinal);
+    if (dst != GDN_OK)
+        return dst;
+    if (p->N == 0 || p->HV == 0)
+        return GDN_OK;
 
     ChunkParams prm = {};
     prm.T = p->T;

@@ -150,19 +150,36 @@ extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
     return 0;
 }
 
+/* The CUDA recurrent path's limits: GDN gates, K and V = 64, 128 or 256, f32 / bf16 / f16 inputs,
+ * f32 or bf16 states, HV within a grid dimension. */
+extern "C" gdn_status gdn_cuda_recurrent_fwd_check(const gdn_problem *p)
+{
+    if (p->gate_kind != GDN_GATE_GDN)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
+    if (p->K != 64 && p->K != 128 && p->K != 256)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA recurrent path: 64, 128 or 256)",
+                             (long long)p->K);
+    if (p->V != 64 && p->V != 128 && p->V != 256)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld (CUDA recurrent path: 64, 128 or 256)",
+                             (long long)p->V);
+    if (p->q.dtype != GDN_DTYPE_F32 && p->q.dtype != GDN_DTYPE_BF16 && p->q.dtype != GDN_DTYPE_F16)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA inputs must be f32, bf16 or f16");
+    if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA state dtype must be f32 or bf16");
+    if (p->HV > 65535)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: HV = %lld value heads exceed the CUDA grid",
+                             (long long)p->HV);
+    return GDN_OK;
+}
+
 extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
 {
     DeviceGuard device;
     const gdn_status dst = device.enter(p->device_ordinal);
     if (dst != GDN_OK)
         return dst;
-    if (p->gate_kind != GDN_GATE_GDN)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
     if (p->N == 0 || p->HV == 0 || p->V == 0)
         return GDN_OK;
-    if (p->HV > 65535)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: HV = %lld value heads exceed the CUDA grid",
-                             (long long)p->HV);
 
     RecurrentParams prm = {};
     prm.T = p->T;
