@@ -4,6 +4,9 @@
  *   bulk_copy  mbarrier + cp.async.bulk of 4 KB into shared memory, read back exactly
  *   mbarrier   four phases of 128 arrivals, each waited for with its parity
  *   tf32       3xTF32 (tf32_split, mma_tf32) of a 16 x 8 x 8 product against float64
+ *   mma16      m16n8k16 bf16 mma.sync (Mma16) on tiles brought by cp_async16 (with zero fill) into
+ *              the swz<2> layout and read by ldsm_x4; the bf16 result through Mma16::pack and
+ *              stsm_x4, against float64 and the host's rounding
  *   wgmma      m64n64k16 bf16 wgmma, A and B in 128-byte-swizzled boxes through descriptors, and
  *              the accumulator fragment map, against float64
  *   gate       gate_log_decay / gate_beta bitwise equal to the gating op (gdn_gating on CUDA)
@@ -262,6 +265,110 @@ static int test_wgmma(void)
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* D (16 x 16) = A (16 x 16) B^T with B stored [16 n][16 k], one warp, bf16: cp_async16 brings A and
+ * B into swizzled tiles (swz<2>), a 17th row of B with src_bytes = 0 must arrive as zeros;
+ * ldsm_x4 loads the fragments, two Mma16 products give D's two 8-column halves. D goes out in f32,
+ * and its bf16 rounding through Mma16::pack and stsm_x4 (the C fragments of n-tiles 0 and 1 are an
+ * A fragment), which must equal the host's rounding of the f32 D bitwise. */
+__global__ void mma16_kernel(const __nv_bfloat16 *A, const __nv_bfloat16 *B, float *D, __nv_bfloat16 *Dh,
+                             uint32_t *zero_row)
+{
+    __shared__ __align__(128) __nv_bfloat16 As[16 * 16], Bs[17 * 16], Ds[16 * 16];
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4, m = lane / 8, r8 = lane % 8;
+    for (int i = 0; i < 17 * 16; i++)
+        if (i % 32 == lane)
+            Bs[i] = __float2bfloat16(-1.f); /* poison: the zero-filled row must overwrite it */
+    __syncwarp();
+    {
+        const int row = lane / 2, col = (lane % 2) * 8;
+        cp_async16(As + swz<2>(row, col), A + row * 16 + col, 16);
+        cp_async16(Bs + swz<2>(row, col), B + row * 16 + col, 16);
+        if (lane < 2)
+            cp_async16(Bs + 16 * 16 + swz<2>(0, col), B, 0);
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    __syncwarp();
+    uint32_t a[4], b[4];
+    ldsm_x4(a, smem_u32(As + swz<2>((m & 1) * 8 + r8, (m >> 1) * 8)));
+    ldsm_x4(b, smem_u32(Bs + swz<2>((m >> 1) * 8 + r8, (m & 1) * 8)));
+    float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
+    Mma16<__nv_bfloat16>::mma(c0, a, b[0], b[1]);
+    Mma16<__nv_bfloat16>::mma(c1, a, b[2], b[3]);
+    const float *c[2] = {c0, c1};
+    for (int h = 0; h < 2; h++) {
+        D[g * 16 + 8 * h + 2 * t] = c[h][0];
+        D[g * 16 + 8 * h + 2 * t + 1] = c[h][1];
+        D[(g + 8) * 16 + 8 * h + 2 * t] = c[h][2];
+        D[(g + 8) * 16 + 8 * h + 2 * t + 1] = c[h][3];
+    }
+    const uint32_t d16[4] = {Mma16<__nv_bfloat16>::pack(c0[0], c0[1]), Mma16<__nv_bfloat16>::pack(c0[2], c0[3]),
+                             Mma16<__nv_bfloat16>::pack(c1[0], c1[1]), Mma16<__nv_bfloat16>::pack(c1[2], c1[3])};
+    stsm_x4(smem_u32(Ds + swz<2>((m & 1) * 8 + r8, (m >> 1) * 8)), d16);
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32)
+        Dh[i] = Ds[swz<2>(i / 16, i % 16)];
+    if (lane < 8)
+        zero_row[lane] = reinterpret_cast<const uint32_t *>(Bs + 16 * 16)[lane];
+}
+
+static int test_mma16(void)
+{
+    NEED_GPU();
+    float fa[256], fb[256], ra[256], rb[256], hD[256];
+    uint16_t ha[256], hb[256], hDh[256], want[256];
+    uint32_t zero_row[8];
+    double ref[256];
+    tu_rng r = tu_rng_make(4);
+    tu_fill_normal(fa, 256, &r, 0.f, 1.f);
+    tu_fill_normal(fb, 256, &r, 0.f, 1.f);
+    gdn_f32_to_bf16(fa, ha, 256);
+    gdn_f32_to_bf16(fb, hb, 256);
+    gdn_bf16_to_f32(ha, ra, 256);
+    gdn_bf16_to_f32(hb, rb, 256);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++)
+                s += (double)ra[i * 16 + k] * rb[j * 16 + k];
+            ref[i * 16 + j] = s;
+        }
+    __nv_bfloat16 *dA, *dB, *dDh;
+    float *dD;
+    uint32_t *dz;
+    CK(cudaMalloc(&dA, sizeof ha));
+    CK(cudaMalloc(&dB, sizeof hb));
+    CK(cudaMalloc(&dD, sizeof hD));
+    CK(cudaMalloc(&dDh, sizeof hDh));
+    CK(cudaMalloc(&dz, sizeof zero_row));
+    CK(cudaMemcpy(dA, ha, sizeof ha, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dB, hb, sizeof hb, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dD, 0xff, sizeof hD));
+    CK(cudaMemset(dDh, 0xff, sizeof hDh));
+    CK(cudaMemset(dz, 0xff, sizeof zero_row));
+    mma16_kernel<<<1, 32>>>(dA, dB, dD, dDh, dz);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hDh, dDh, sizeof hDh, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(zero_row, dz, sizeof zero_row, cudaMemcpyDeviceToHost));
+    tu_check("mma.sync m16n8k16 bf16 (cp.async, ldmatrix)", tu_compare(hD, GDN_DTYPE_F32, ref, GDN_DTYPE_F64, 256),
+             1e-6);
+    gdn_f32_to_bf16(hD, want, 256);
+    tu_expect(tu_same_bytes(hDh, want, sizeof want), "Mma16::pack + stmatrix: D in bf16 differs from its rounding");
+    int zeros = 1;
+    for (int i = 0; i < 8; i++)
+        zeros &= zero_row[i] == 0u;
+    tu_expect(zeros, "cp_async16 with src_bytes = 0 did not zero-fill its 16 bytes");
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
+    cudaFree(dDh);
+    cudaFree(dz);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
 /* g and beta of n tokens of one head from the shared formulas, as chunk_prep and the recurrent
  * kernels call them. */
 __global__ void gate_kernel(const float *a, const float *b, float A_log, float dt_bias, float beta_sp, float thr,
@@ -330,7 +437,7 @@ int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
         {"bulk_copy", test_bulk_copy}, {"mbarrier", test_mbarrier}, {"tf32", test_tf32},
-        {"wgmma", test_wgmma},         {"gate", test_gate},
+        {"wgmma", test_wgmma},         {"mma16", test_mma16},       {"gate", test_gate},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

@@ -7,13 +7,22 @@
 
 #include "cuda_common.cuh"
 #include "cuda_gate.cuh"
-#include "sm90_chunk_mma.cuh"
 #include "sm90_primitives.cuh"
 #include "sm90_chunk_tuning.cuh"
 
 namespace gdn_chunk {
 
+using gdn_sm90::cp_async16;
+using gdn_sm90::cp_async_commit;
+using gdn_sm90::cp_async_wait;
+using gdn_sm90::ldsm_x4;
+using gdn_sm90::ldsm_x4_t;
+using gdn_sm90::Mma16;
 using gdn_sm90::mma_tf32;
+using gdn_sm90::smem_u32;
+using gdn_sm90::stsm_x4;
+using gdn_sm90::stsm_x4_t;
+using gdn_sm90::swz;
 using gdn_sm90::tf32_split;
 using gdn_sm90::Tf32Pair;
 

@@ -144,7 +144,7 @@ __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (
             }
             if (WITH_A)
                 *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
-            pm_out[hrow * pm_row8 + 4 * nt] = op<T>::pack(pv[0], pv[1]);
+            pm_out[hrow * pm_row8 + 4 * nt] = Mma16<T>::pack(pv[0], pv[1]);
         }
     }
 }
@@ -370,18 +370,18 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
         ldsm_x4(ak, smem_u32(Ks + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
         ldsm_x4(aq, smem_u32(Qs + swz<KC>(16 * warp + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
         ldsm_x4(bq, smem_u32(Qs + swz<KC>(16 * warp + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-        op<T>::mma(qq[0], aq, bq[0], bq[1]);
-        op<T>::mma(qq[1], aq, bq[2], bq[3]);
+        Mma16<T>::mma(qq[0], aq, bq[0], bq[1]);
+        Mma16<T>::mma(qq[1], aq, bq[2], bq[3]);
 #pragma unroll
         for (int nn = 0; nn < 4; ++nn) {
             if (nn > warp)
                 break;
             uint32_t b[4];
             ldsm_x4(b, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
-            op<T>::mma(kk[2 * nn], ak, b[0], b[1]);
-            op<T>::mma(kk[2 * nn + 1], ak, b[2], b[3]);
-            op<T>::mma(qk[2 * nn], aq, b[0], b[1]);
-            op<T>::mma(qk[2 * nn + 1], aq, b[2], b[3]);
+            Mma16<T>::mma(kk[2 * nn], ak, b[0], b[1]);
+            Mma16<T>::mma(kk[2 * nn + 1], ak, b[2], b[3]);
+            Mma16<T>::mma(qk[2 * nn], aq, b[0], b[1]);
+            Mma16<T>::mma(qk[2 * nn + 1], aq, b[2], b[3]);
         }
     }
 
@@ -528,7 +528,7 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
             uint32_t w[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                w[e] = op<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
+                w[e] = Mma16<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
             *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
         }
         float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);

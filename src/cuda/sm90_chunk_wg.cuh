@@ -65,10 +65,10 @@ template <int K, bool PRE> struct WgSmem {
  * k-slice j of the next product, and the register order of stmatrix.x4. */
 template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)[32], int j, uint32_t (&a)[4])
 {
-    a[0] = op<T>::pack(d[8 * j + 0], d[8 * j + 1]);
-    a[1] = op<T>::pack(d[8 * j + 2], d[8 * j + 3]);
-    a[2] = op<T>::pack(d[8 * j + 4], d[8 * j + 5]);
-    a[3] = op<T>::pack(d[8 * j + 6], d[8 * j + 7]);
+    a[0] = Mma16<T>::pack(d[8 * j + 0], d[8 * j + 1]);
+    a[1] = Mma16<T>::pack(d[8 * j + 2], d[8 * j + 3]);
+    a[2] = Mma16<T>::pack(d[8 * j + 4], d[8 * j + 5]);
+    a[3] = Mma16<T>::pack(d[8 * j + 6], d[8 * j + 7]);
 }
 
 template <int K, typename T, bool PRE>
@@ -400,13 +400,13 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             uint32_t xa[4][4];
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
-                const float2 v00 = op<T>::unpack(vt[jt][0]), v10 = op<T>::unpack(vt[jt][1]);
-                const float2 v01 = op<T>::unpack(vt[jt][2]), v11 = op<T>::unpack(vt[jt][3]);
+                const float2 v00 = Mma16<T>::unpack(vt[jt][0]), v10 = Mma16<T>::unpack(vt[jt][1]);
+                const float2 v01 = Mma16<T>::unpack(vt[jt][2]), v11 = Mma16<T>::unpack(vt[jt][3]);
                 const float *yj = y + 8 * jt;
-                xa[jt][0] = op<T>::pack(v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1]);
-                xa[jt][1] = op<T>::pack(v10.x - c0[jt].x * yj[2], v10.y - c0[jt].y * yj[3]);
-                xa[jt][2] = op<T>::pack(v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5]);
-                xa[jt][3] = op<T>::pack(v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]);
+                xa[jt][0] = Mma16<T>::pack(v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1]);
+                xa[jt][1] = Mma16<T>::pack(v10.x - c0[jt].x * yj[2], v10.y - c0[jt].y * yj[3]);
+                xa[jt][2] = Mma16<T>::pack(v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5]);
+                xa[jt][3] = Mma16<T>::pack(v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]);
             }
 
             /* Vn^T = X^T Tb^T (Tb stored [i][j]: K-major B). */
@@ -437,10 +437,10 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             uint32_t ua[4][4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                ua[j][0] = op<T>::pack(vn[8 * j + 0] * u0[j].x, vn[8 * j + 1] * u0[j].y);
-                ua[j][1] = op<T>::pack(vn[8 * j + 2] * u0[j].x, vn[8 * j + 3] * u0[j].y);
-                ua[j][2] = op<T>::pack(vn[8 * j + 4] * u1[j].x, vn[8 * j + 5] * u1[j].y);
-                ua[j][3] = op<T>::pack(vn[8 * j + 6] * u1[j].x, vn[8 * j + 7] * u1[j].y);
+                ua[j][0] = Mma16<T>::pack(vn[8 * j + 0] * u0[j].x, vn[8 * j + 1] * u0[j].y);
+                ua[j][1] = Mma16<T>::pack(vn[8 * j + 2] * u0[j].x, vn[8 * j + 3] * u0[j].y);
+                ua[j][2] = Mma16<T>::pack(vn[8 * j + 4] * u1[j].x, vn[8 * j + 5] * u1[j].y);
+                ua[j][3] = Mma16<T>::pack(vn[8 * j + 6] * u1[j].x, vn[8 * j + 7] * u1[j].y);
             }
             fence();
 #pragma unroll

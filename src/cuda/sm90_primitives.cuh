@@ -1,7 +1,8 @@
 /*
  * sm90_primitives.cuh - the one home of the Hopper building blocks that the CUDA kernels share:
  * shared-memory addresses, mbarriers, bulk copies (cp.async.bulk), proxy fences, programmatic
- * dependent launch, register-budget moves, the 3xTF32 split and its mma.sync m16n8k8, and the
+ * dependent launch, register-budget moves, the 3xTF32 split and its mma.sync m16n8k8, mma.sync
+ * m16n8k16 on bf16 / f16 with ldmatrix / stmatrix, cp.async and the tile swizzle, and the
  * warpgroup MMA (wgmma) pieces: shared-memory matrix descriptors for 128-byte-swizzled tiles,
  * m64n64k16 products with A in shared memory (SS) or registers (RS) for bf16 and f16, their
  * ordering fences and the accumulator fragment map. tests/test_cuda_primitives.cu checks them on
@@ -13,7 +14,7 @@
  *
  * Tile convention: a "box" is 64 rows x 64 elements of 2 bytes (128 bytes a row, 8 KB), 1024-byte
  * aligned, with the 16-byte chunk c of row r stored at chunk c ^ (r % 8): the layout of TMA's
- * 128-byte swizzle, and of swz<8> in sm90_chunk_mma.cuh. A 64 x 128 tile is two boxes, columns
+ * 128-byte swizzle, and of swz<8> below. A 64 x 128 tile is two boxes, columns
  * [0, 64) then [64, 128), 8 KB apart.
  */
 #pragma once
@@ -161,6 +162,115 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
             "{%0,%1,%2,%3};"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Warp-level 16-bit MMA, ldmatrix / stmatrix, cp.async with zero fill, and the XOR swizzle of
+ * shared-memory tiles that they read.
+ *
+ * Fragment layouts (g = lane / 4, t = lane % 4), PTX ISA "mma.m16n8k16":
+ *   A 16x16 row-major: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
+ *   B 16x8  col-major: b[0] = (2t..2t+1, g), b[1] = (2t+8..2t+9, g)
+ *   C 16x8:            c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
+ * so the accumulators of n-tiles 2j and 2j+1 are, packed in pairs, the A fragment of k-slice j:
+ * products chain through registers without shuffles.
+ */
+
+/* m16n8k16 on 16-bit operands: bf16 inputs use bf16 tensor-core operands, f16 inputs f16 ones;
+ * pack / unpack convert an f32 pair to and from one operand register. */
+template <typename T> struct Mma16;
+template <> struct Mma16<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+    {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t x)
+    {
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct Mma16<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+    {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t x)
+    {
+        return __half22float2(*reinterpret_cast<__half2 *>(&x));
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 :
+                 : "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+__device__ __forceinline__ void stsm_x4_t(uint32_t addr, const uint32_t (&r)[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 :
+                 : "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+/* 16-byte global -> shared copy; src_bytes = 0 fills the destination with zeros (rows past the
+ * end of a sequence) without reading src, which must still be a valid address. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Element offset of (row, col) in a tile of 16-byte chunks, ROW_CHUNKS chunks per row, with the
+ * chunk index XORed by the row so that ldmatrix / stmatrix over 8 consecutive rows at one column
+ * touch 8 different bank groups. col must be a multiple of 8 or lie inside one chunk. */
+template <int ROW_CHUNKS> __device__ __forceinline__ int swz(int row, int col)
+{
+    static_assert(ROW_CHUNKS == 2 || ROW_CHUNKS == 4 || ROW_CHUNKS >= 8, "row width");
+    constexpr int SHIFT = ROW_CHUNKS >= 8 ? 0 : (ROW_CHUNKS == 4 ? 1 : 2);
+    constexpr int MASK = ROW_CHUNKS >= 8 ? 7 : ROW_CHUNKS - 1;
+    const int chunk = (col >> 3) ^ ((row >> SHIFT) & MASK);
+    return row * ROW_CHUNKS * 8 + chunk * 8 + (col & 7);
 }
 
 /* Accumulator of m64n64k16 (f32): thread t of the warpgroup holds d[i] = D[row][col] with
