@@ -195,10 +195,30 @@ typedef struct gdn_chunk_fwd_args {
 
     /* States, layout state_layout, dtype f32 or bf16 (both the same dtype when both present). */
     gdn_state_layout state_layout;
-    gdn_tensor initial_state; /* [N, HV, K, V] (KV) or [N, HV, V, K] (VK); may be absent (zeros) */
-    gdn_tensor final_state;   /* same shape; may be absent; may alias initial_state exactly */
+    gdn_tensor initial_state; /* [N, HV, K, V] (KV) or [N, HV, V, K] (VK); may be absent (zeros).
+                               * With state_indices: the state pool [P, HV, ...] (below) */
+    gdn_tensor final_state;   /* same shape; may be absent; may alias initial_state exactly.
+                               * Must be absent with state_indices */
 
     gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
+
+    /* State pool (serving engines), optional. With state_indices, initial_state is a pool
+     * [P, HV, K, V] / [P, HV, V, K] (the slot stride may be padded) that the call reads and writes
+     * in place: sequence n starts from slot state_indices[n] (from zeros where has_initial_state[n]
+     * == 0, as for a new request) and its final state is written back to that slot. A slot < 0, or
+     * 0 with null_slot_zero, skips sequence n: nothing is read from or written to the pool and its
+     * rows of o are zeroed. Host-resident indices must be < P; device-resident ones >= P count as
+     * invalid. The valid slots of one call (state_indices and checkpoint_indices together) must be
+     * distinct. */
+    gdn_tensor state_indices;     /* [N] int32; may be absent (no pool) */
+    gdn_tensor has_initial_state; /* [N] int32, 0 or not; may be absent (every sequence reads its slot) */
+    int null_slot_zero;
+    /* Prefix-cache checkpoints (needs state_indices): with checkpoint_interval M > 0, a multiple of
+     * 64, the state after the first (j + 1) * M tokens of sequence n (counted from its first token
+     * in this call) is also written to pool slot checkpoint_indices[n, j], for every j <
+     * min(length(n) / M, J); a slot < 0 (or 0 with null_slot_zero) skips that write only. */
+    int64_t checkpoint_interval;
+    gdn_tensor checkpoint_indices; /* [N, J] int32; required with checkpoint_interval > 0 */
 
     void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes, 256-byte aligned (as cudaMalloc
                               * returns); checked once, before any launch. CPU: ignored */

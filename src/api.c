@@ -585,6 +585,88 @@ gdn_status gdn_gating(const gdn_gating_args *args)
 /* ------------------------------------------------------------------------------------------ */
 /* Chunk forward                                                                               */
 
+/* A host-resident [rows, cols] int32 index tensor: every slot < P (negative ones mean "skip"). */
+static gdn_status check_host_slots(const gdn_tensor *t, const char *name, int64_t P)
+{
+    if (t->device != GDN_DEVICE_CPU)
+        return GDN_OK;
+    const int32_t *ids = (const int32_t *)t->data;
+    const int64_t rows = t->shape[0], cols = t->rank == 2 ? t->shape[1] : 1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const int32_t slot = ids[r * t->stride[0] + (t->rank == 2 ? c * t->stride[1] : 0)];
+            if (slot >= P && t->rank == 2)
+                return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
+                                     "%s[%lld][%lld] = %d is out of range for a pool of %lld slots", name, (long long)r,
+                                     (long long)c, (int)slot, (long long)P);
+            if (slot >= P)
+                return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "%s[%lld] = %d is out of range for a pool of %lld slots",
+                                     name, (long long)r, (int)slot, (long long)P);
+        }
+    return GDN_OK;
+}
+
+/* The chunk op's state pool and checkpoints (gdn.h): initial_state is the pool, read and written
+ * in place through state_indices. */
+static gdn_status resolve_chunk_pool(device_ctx *dev, const gdn_chunk_fwd_args *args, gdn_problem *p,
+                                     alias_set *aliases)
+{
+    const gdn_tensor *idx = &args->state_indices, *has = &args->has_initial_state, *ck = &args->checkpoint_indices;
+    if (!present(idx)) {
+        if (present(has))
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "has_initial_state needs state_indices (a state pool)");
+        if (args->null_slot_zero)
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "null_slot_zero needs state_indices (a state pool)");
+        if (args->checkpoint_interval != 0 || present(ck))
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
+                                 "checkpoint_interval / checkpoint_indices need state_indices (a state pool)");
+        return GDN_OK;
+    }
+    if (!present(&args->initial_state))
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "state_indices given but the state pool (initial_state) is absent");
+    if (present(&args->final_state))
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
+                             "final_state must be absent with state_indices: final states go back to the pool");
+    p->num_slots = args->initial_state.shape[0];
+    if (p->num_slots < 1)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "initial_state: the pool has no slots");
+    const int64_t want_n[1] = {p->N};
+    TRY(check_tensor(dev, idx, "state_indices", DT_I32, 1, want_n));
+    p->state_indices = (const int32_t *)idx->data;
+    p->idx_stride_n = idx->stride[0];
+    p->idx_cols = 1;
+    p->idx_stride_t = 0;
+    p->inplace_state = 1;
+    p->null_slot_zero = args->null_slot_zero != 0;
+    add_in(aliases, idx, "state_indices");
+    if (present(has)) {
+        TRY(check_tensor(dev, has, "has_initial_state", DT_I32, 1, want_n));
+        p->has_initial_state = (const int32_t *)has->data;
+        p->has_init_stride = has->stride[0];
+        add_in(aliases, has, "has_initial_state");
+    }
+    const int64_t M = args->checkpoint_interval;
+    if (M < 0 || M % 64 != 0)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "checkpoint_interval = %lld must be a multiple of 64 (0: none)",
+                             (long long)M);
+    if (M > 0) {
+        if (!present(ck))
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "checkpoint_indices is required with checkpoint_interval > 0");
+        const int64_t want_ck[2] = {p->N, -1};
+        TRY(check_tensor(dev, ck, "checkpoint_indices", DT_I32, 2, want_ck));
+        p->checkpoint_interval = M;
+        p->checkpoint_indices = (const int32_t *)ck->data;
+        p->ckpt_stride_n = ck->stride[0];
+        p->ckpt_stride_j = ck->stride[1];
+        p->ckpt_cols = ck->shape[1];
+        add_in(aliases, ck, "checkpoint_indices");
+        TRY(check_host_slots(ck, "checkpoint_indices", p->num_slots));
+    } else if (present(ck)) {
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "checkpoint_indices given but checkpoint_interval is 0");
+    }
+    return check_host_slots(idx, "state_indices", p->num_slots);
+}
+
 static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, device_ctx *dev)
 {
     if (!args)
@@ -598,20 +680,26 @@ static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, 
 
     TRY(check_layout(args->state_layout));
     p->state_layout = args->state_layout;
+    const int pooled = present(&args->state_indices);
     gdn_dtype state_dtype = STATE_DTYPE_UNSET;
     if (present(&args->initial_state))
-        TRY(check_state(dev, &args->initial_state, "initial_state", p, p->N, &state_dtype));
+        TRY(check_state(dev, &args->initial_state, "initial_state", p, pooled ? -1 : p->N, &state_dtype));
+    p->num_slots = p->N;
+    TRY(resolve_chunk_pool(dev, args, p, &aliases));
     if (present(&args->final_state))
         TRY(check_state(dev, &args->final_state, "final_state", p, p->N, &state_dtype));
     p->state_dtype = state_dtype == STATE_DTYPE_UNSET ? GDN_DTYPE_F32 : state_dtype;
     p->state_in = state_view(&args->initial_state, p->state_layout);
     p->final_state = state_view(&args->final_state, p->state_layout);
-    p->num_slots = p->N;
 
-    add_in(&aliases, &args->initial_state, "initial_state");
+    if (pooled) {
+        add_out(&aliases, &args->initial_state, "initial_state (pool, written in place)");
+    } else {
+        add_in(&aliases, &args->initial_state, "initial_state");
+        aliases.alias_in = &args->initial_state;
+        aliases.alias_out = &args->final_state;
+    }
     add_out(&aliases, &args->final_state, "final_state");
-    aliases.alias_in = &args->initial_state;
-    aliases.alias_out = &args->final_state;
     TRY(check_aliasing(&aliases));
 
     p->device = dev->type;

@@ -66,13 +66,19 @@ typedef struct gdn_problem {
     gdn_view final_state;       /* [N, ...]; may be absent; may alias state_in */
     gdn_view step_states;       /* recurrent: [B*T, ...], row = packed token index; may be absent */
 
-    /* Recurrent only. */
+    /* Pools. Recurrent: [N] or [N, T_max] indices with the options below. Chunk: [N] indices
+     * (idx_cols 1) with inplace_state set, has_initial_state and checkpoints. */
     const int32_t *state_indices; /* [N] or [N, T_max]; may be NULL */
     int64_t idx_stride_n, idx_stride_t;
     int64_t idx_cols;           /* T_max (1 for 1-D indices) */
     const int32_t *num_accepted_tokens; /* [N] stride 1; may be NULL */
     int inplace_state;
     int null_slot_zero;
+    const int32_t *has_initial_state;   /* chunk: [N] stride has_init_stride, or NULL (all read) */
+    int64_t has_init_stride;
+    int64_t checkpoint_interval;        /* chunk: M > 0, a multiple of 64; 0 = no checkpoints */
+    const int32_t *checkpoint_indices;  /* [N, ckpt_cols] */
+    int64_t ckpt_stride_n, ckpt_stride_j, ckpt_cols;
 
     void *workspace;
     size_t workspace_bytes;

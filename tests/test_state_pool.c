@@ -183,6 +183,29 @@ static int test_step_states_varlen(void)
 /* In-place decode with the pool as the only destination (no final_state, no step_states) and
  * f32 states: the f32 recurrence updates each slot where it lies, in both layouts, for GDN and
  * KDA, next to skipped sequences and a padded slot stride. */
+/* gdn_chunk_fwd reading and writing the pool (tu_chunk_pool_specs in test_util.c). */
+static int test_chunk_pool(void)
+{
+    for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
+        tu_pool_spec s;
+        tu_chunk_pool_specs(v, &s);
+        run_pool(&s, 700 + (uint64_t)v);
+    }
+    /* f64 inputs: the float64 oracle's own pool and checkpoint handling (cpu_recurrent.c). */
+    tu_pool_spec s;
+    tu_chunk_pool_specs(0, &s);
+    s.label = "chunk pool, f64 oracle, has_initial_state, checkpoints M=64";
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.H = 1;
+    cfg.HV = 2;
+    cfg.K = 16;
+    cfg.V = 8;
+    cfg.dtype = GDN_DTYPE_F64;
+    tu_pool_run(&s, &cfg, 710, NULL, 1e-12, 1e-7); /* the pool is f32 */
+    return TU_PASS;
+}
+
 static int test_pool_decode_in_place_direct(void)
 {
     for (int variant = 0; variant < 4; variant++) {
@@ -216,6 +239,7 @@ int main(int argc, char **argv)
         {"pool_spec_verify_varlen", test_pool_spec_verify_varlen},
         {"pool_step_states_varlen", test_step_states_varlen},
         {"pool_decode_in_place_direct", test_pool_decode_in_place_direct},
+        {"chunk_pool", test_chunk_pool},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
 }

@@ -922,6 +922,13 @@ void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t see
     int start[TU_POOL_MAXN];
     for (int n = 0; n < s->N; n++) {
         start[n] = pool_start_slot(s, n);
+        if (s->chunk && s->use_has && !s->has[n]) { /* a new request: the reference starts from zeros */
+            for (int64_t i = 0; i < slot_elems; i++) {
+                tu_set(c.h0, sd, (size_t)(n * slot_elems + i), 0.0);
+                c.h064[n * slot_elems + i] = 0.0;
+            }
+            continue;
+        }
         if (start[n] >= 0)
             memcpy(pool + (size_t)(start[n] * slot_stride) * esz, (char *)c.h0 + (size_t)(n * slot_elems) * esz,
                    (size_t)slot_elems * esz);
@@ -962,7 +969,28 @@ void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t see
     if (s->with_steps)
         a.step_states = tu_case_state(&c, steps, sd, ntok);
 
-    gdn_status st = run ? run(a) : gdn_recurrent_fwd(&a);
+    gdn_status st;
+    int32_t has[TU_POOL_MAXN], ck[TU_POOL_MAXN * TU_POOL_MAXC];
+    if (s->chunk) {
+        gdn_chunk_fwd_args ca = tu_chunk_args(&a);
+        ca.state_indices = a.state_indices;
+        ca.null_slot_zero = s->null_slot_zero;
+        memset(&ca.final_state, 0, sizeof ca.final_state);
+        if (s->use_has) {
+            memcpy(has, s->has, sizeof has);
+            ca.has_initial_state = TU_TENSOR(has, GDN_DTYPE_I32, s->N);
+        }
+        if (s->M > 0) {
+            for (int n = 0; n < s->N; n++)
+                for (int j = 0; j < s->ck_cols; j++)
+                    ck[n * s->ck_cols + j] = s->ck[n][j];
+            ca.checkpoint_interval = s->M;
+            ca.checkpoint_indices = TU_TENSOR(ck, GDN_DTYPE_I32, s->N, s->ck_cols);
+        }
+        st = s->run_chunk ? s->run_chunk(ca) : gdn_chunk_fwd(&ca);
+    } else {
+        st = run ? run(a) : gdn_recurrent_fwd(&a);
+    }
     if (!tu_expect(st == GDN_OK, "%s: %s (%s)", s->label, gdn_status_string(st), gdn_last_error()))
         goto done;
 
@@ -971,11 +999,14 @@ void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t see
     for (int n = 0; n < s->N; n++) {
         if (start[n] < 0 || !s->inplace)
             continue;
+        int64_t p0, p1;
+        tu_case_seq(&c, n, &p0, &p1);
+        for (int j = 0; s->chunk && s->M > 0 && j < s->ck_cols && (j + 1) * s->M <= p1 - p0; j++)
+            if (pool_usable(s, s->ck[n][j]))
+                expect[s->ck[n][j]] = steps_ref + (size_t)((p0 + (j + 1) * s->M - 1) * slot_elems);
         if (!s->rank2) {
             expect[start[n]] = ht_ref + (size_t)(n * slot_elems);
         } else {
-            int64_t p0, p1;
-            tu_case_seq(&c, n, &p0, &p1);
             for (int64_t t = 0; t < p1 - p0; t++)
                 if (pool_usable(s, s->idx[n][t]))
                     expect[s->idx[n][t]] = steps_ref + (size_t)((p0 + t) * slot_elems);
@@ -1034,6 +1065,61 @@ done:
     free(steps_ref);
     free(steps);
     tu_case_free(&c);
+}
+
+/* The chunk-op pool specs: gdn_chunk_fwd reading and writing the pool: start slots, has_initial_state (a new request
+ * starts from zeros whatever its slot holds), skipped sequences (checkpoint slots of a skipped
+ * sequence stay untouched too), checkpoints every M tokens with a skipped column, varlen with an
+ * empty sequence and a sequence shorter than M, null_slot_zero, both layouts, a bf16 pool. */
+void tu_chunk_pool_specs(int variant, tu_pool_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    s->chunk = 1;
+    s->inplace = 1;
+    s->P = 12;
+    s->pad = 24;
+    s->N = 4;
+    switch (variant) {
+    case 0:
+        s->label = "chunk pool KV f32, has_initial_state, checkpoints M=64";
+        s->T = 150;
+        s->idx[0][0] = 5, s->idx[1][0] = 2, s->idx[2][0] = -1, s->idx[3][0] = 0;
+        s->use_has = 1;
+        s->has[0] = 1, s->has[1] = 0, s->has[2] = 1, s->has[3] = 1;
+        s->M = 64;
+        s->ck_cols = 3; /* 150 tokens: two checkpoints due, the third column unused */
+        s->ck[0][0] = 6, s->ck[0][1] = -1, s->ck[0][2] = 11;
+        s->ck[1][0] = 3, s->ck[1][1] = 4, s->ck[1][2] = 10;
+        s->ck[2][0] = 8, s->ck[2][1] = 9; /* skipped sequence: untouched */
+        s->ck[3][0] = 1, s->ck[3][1] = 7;
+        s->layout = GDN_STATE_KV;
+        s->state_dtype = GDN_DTYPE_F32;
+        break;
+    case 1:
+        s->label = "chunk pool VK bf16 varlen, null_slot_zero, checkpoints M=128";
+        s->varlen = 1;
+        s->lens[0] = 0, s->lens[1] = 130, s->lens[2] = 300, s->lens[3] = 64;
+        s->idx[0][0] = 3, s->idx[1][0] = 0, s->idx[2][0] = 7, s->idx[3][0] = 9;
+        s->null_slot_zero = 1; /* sequence 1 (slot 0) is skipped */
+        s->use_has = 1;
+        s->has[0] = 1, s->has[1] = 1, s->has[2] = 1, s->has[3] = 0;
+        s->M = 128;
+        s->ck_cols = 2;
+        s->ck[0][0] = 1;               /* empty sequence: no checkpoint */
+        s->ck[1][0] = 2;               /* skipped */
+        s->ck[2][0] = 4, s->ck[2][1] = 5;
+        s->ck[3][0] = 6;               /* 64 tokens < M */
+        s->layout = GDN_STATE_VK;
+        s->state_dtype = GDN_DTYPE_BF16;
+        break;
+    default:
+        s->label = "chunk pool VK f32, no options";
+        s->T = 70;
+        s->idx[0][0] = 11, s->idx[1][0] = 4, s->idx[2][0] = 0, s->idx[3][0] = 8;
+        s->layout = GDN_STATE_VK;
+        s->state_dtype = GDN_DTYPE_F32;
+        break;
+    }
 }
 
 /* Log decays that push the kernels to their limits (decode's running decay scale, prefill's floor

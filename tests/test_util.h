@@ -249,6 +249,10 @@ double tu_beta_value(double b, int allow_neg_eigval);
 #define TU_POOL_MAXN 8  /* sequences */
 #define TU_POOL_MAXT 6  /* columns of 2-D state_indices */
 #define TU_POOL_MAXP 64 /* slots */
+#define TU_POOL_MAXC 8  /* checkpoint columns (chunk op) */
+
+/* How a pool test runs gdn_chunk_fwd on host args (NULL: on the host). */
+typedef gdn_status (*tu_chunk_fn)(gdn_chunk_fwd_args a);
 
 typedef struct tu_pool_spec {
     const char *label;
@@ -266,6 +270,15 @@ typedef struct tu_pool_spec {
     gdn_state_layout layout;
     gdn_dtype state_dtype;
     int64_t pad;                /* extra elements per pool slot */
+    /* The chunk op instead (gdn_chunk_fwd's pool: rank-1 idx, always in place, no final_state or
+     * step_states), with its options: */
+    int chunk;
+    tu_chunk_fn run_chunk;
+    int use_has;
+    int32_t has[TU_POOL_MAXN];  /* has_initial_state: 0 starts sequence n from zeros */
+    int64_t M;                  /* checkpoint_interval, 0: none */
+    int ck_cols;
+    int32_t ck[TU_POOL_MAXN][TU_POOL_MAXC];
 } tu_pool_spec;
 
 /* How a pool test runs gdn_recurrent_fwd on host args: NULL runs it on the host; the CUDA tests
@@ -278,7 +291,14 @@ typedef gdn_status (*tu_recurrent_fn)(gdn_recurrent_fwd_args a);
  * initial state, so that the naive double recurrence gives the expected values. Checks every slot
  * written (tol_state) against it, that padding and all other slots are byte-identical, o (tol_o),
  * final_state and step_states (tol_state), and zeros for skipped sequences. Slots >= P count as
- * invalid, as for device-resident indices. */
+ * invalid, as for device-resident indices. With s->chunk, runs gdn_chunk_fwd with the pool, its
+ * has_initial_state (a sequence without one starts from zeros, and its slot's old values must not
+ * leak in) and checkpoints (each checked against the reference state after that many tokens). */
+/* The chunk-op pool specs (variant 0 .. TU_CHUNK_POOL_SPECS - 1) that the CPU and CUDA tests share
+ * (tests/test_state_pool.c). */
+#define TU_CHUNK_POOL_SPECS 3
+void tu_chunk_pool_specs(int variant, tu_pool_spec *s);
+
 void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t seed, tu_recurrent_fn run,
                  double tol_o, double tol_state);
 

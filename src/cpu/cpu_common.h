@@ -348,6 +348,11 @@ int gdn_cpu_slot_valid(const gdn_problem *p, int64_t slot);
 int gdn_cpu_start_slot(const gdn_problem *p, int64_t n, int64_t *slot);
 /* Zeroes every output row (o, step_states, final_state) of skipped sequence n for value head hv. */
 void gdn_cpu_skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t b, int64_t bos, int64_t len);
+/* Whether sequence n starts from state_in (present, and has_initial_state[n] != 0 where given). */
+int gdn_cpu_reads_state(const gdn_problem *p, int64_t n);
+/* The chunk op's checkpoint after the first `tokens` tokens of sequence n: its pool slot, or -1
+ * when none is due there (not a multiple of the interval, past the last column, invalid slot). */
+int64_t gdn_cpu_checkpoint_slot(const gdn_problem *p, int64_t n, int64_t tokens);
 
 /* The f32 recurrence for f32 / bf16 / f16 inputs (cpu_recurrent_f32.c). */
 gdn_status gdn_cpu_recurrent_f32(const gdn_problem *p);

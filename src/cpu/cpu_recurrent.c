@@ -73,6 +73,20 @@ void gdn_cpu_skip_sequence(const gdn_problem *p, int64_t n, int64_t hv, int64_t 
         zero_state(p, &p->final_state, n, hv);
 }
 
+int gdn_cpu_reads_state(const gdn_problem *p, int64_t n)
+{
+    return p->state_in.data && (!p->has_initial_state || p->has_initial_state[n * p->has_init_stride] != 0);
+}
+
+int64_t gdn_cpu_checkpoint_slot(const gdn_problem *p, int64_t n, int64_t tokens)
+{
+    const int64_t M = p->checkpoint_interval;
+    if (M <= 0 || tokens % M != 0 || tokens / M > p->ckpt_cols)
+        return -1;
+    const int64_t slot = p->checkpoint_indices[n * p->ckpt_stride_n + (tokens / M - 1) * p->ckpt_stride_j];
+    return gdn_cpu_slot_valid(p, slot) ? slot : -1;
+}
+
 int gdn_cpu_start_slot(const gdn_problem *p, int64_t n, int64_t *slot)
 {
     *slot = n;
@@ -111,7 +125,7 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
     double *S = ctx->scratch + (int64_t)thread * ctx->per_thread;
     double *q = S + K * V, *k = q + K, *g = k + K, *u = g + K, *o = u + V;
 
-    if (p->state_in.data) {
+    if (gdn_cpu_reads_state(p, n)) {
         for (int64_t r = 0; r < K; r++)
             gdn_ld_vec(p->state_in.data, p->state_dtype, gdn_state_off(&p->state_in, slot, hv, r, 0), p->state_in.s[3],
                        V, S + r * V);
@@ -160,6 +174,9 @@ static void recurrent_item(void *ctxp, int64_t item, int thread)
             if (gdn_cpu_slot_valid(p, dst))
                 store_state(p, &p->state_in, dst, hv, S);
         }
+        const int64_t ckpt = gdn_cpu_checkpoint_slot(p, n, i + 1);
+        if (ckpt >= 0)
+            store_state(p, &p->state_in, ckpt, hv, S);
     }
 
     if (p->final_state.data)
