@@ -764,6 +764,80 @@ static int test_malformed_cu(void)
     return combine(rc, malformed_cu_case("many pairs (two kernels)", base(0, 4, 32, 128, 572)));
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* State pool and checkpoints (the specs test_state_pool.c runs on the CPU, plus a long sequence
+ * that takes the context-parallel path, with checkpoints inside and across its segments). */
+
+static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
+{
+    tu_mirror m = {0};
+    gdn_tensor *ts[] = {&a.q, &a.k, &a.v, &a.o, &a.gate.g, &a.gate.a, &a.gate.A_log, &a.gate.dt_bias, &a.gate.beta,
+                        &a.cu_seqlens, &a.initial_state, &a.final_state, &a.state_indices, &a.has_initial_state,
+                        &a.checkpoint_indices};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        tu_mirror_tensor(&m, ts[i]);
+    size_t ws = 0;
+    void *dws = NULL;
+    gdn_status st = gdn_chunk_fwd_workspace_size(&a, &ws);
+    if (st == GDN_OK && ws && cudaMalloc(&dws, ws) != cudaSuccess)
+        st = GDN_ERR_OUT_OF_MEMORY;
+    a.workspace = dws;
+    a.workspace_bytes = ws;
+    if (st == GDN_OK)
+        st = gdn_chunk_fwd(&a);
+    if (st != GDN_OK)
+        printf("    gdn_chunk_fwd: %s (%s)\n", gdn_status_string(st), gdn_last_error());
+    tu_mirror_back(&m);
+    cudaFree(dws);
+    return st;
+}
+
+static int test_pool(void)
+{
+    if (tu_cuda_device_count() == 0) {
+        tu_skip_reason("no CUDA device");
+        return TU_SKIP;
+    }
+    tu_case_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.dtype = GDN_DTYPE_BF16;
+    cfg.l2norm = 1;
+    cfg.H = 2;
+    cfg.HV = 4;
+    cfg.K = 64;
+    cfg.V = 64;
+    for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
+        tu_pool_spec s;
+        tu_chunk_pool_specs(v, &s);
+        s.run_chunk = run_chunk_cuda;
+        tu_pool_run(&s, &cfg, 9100 + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
+    }
+    /* One sequence of 2048 tokens on 2 value heads: 8 context-parallel segments of 4 chunks;
+     * checkpoints every 128 tokens (two per segment) for the 8 columns of the first 1024 tokens, one
+     * skipped; the later ones have no column. */
+    tu_pool_spec s;
+    memset(&s, 0, sizeof s);
+    s.label = "chunk pool, context parallel, checkpoints M=128";
+    s.chunk = 1;
+    s.inplace = 1;
+    s.run_chunk = run_chunk_cuda;
+    s.N = 1;
+    s.T = 2048;
+    s.P = 20;
+    s.pad = 8;
+    s.idx[0][0] = 19;
+    s.M = 128;
+    s.ck_cols = TU_POOL_MAXC;
+    for (int j = 0; j < TU_POOL_MAXC; j++)
+        s.ck[0][j] = j == 3 ? -1 : 2 * j + 1;
+    s.layout = GDN_STATE_VK;
+    s.state_dtype = GDN_DTYPE_F32;
+    cfg.H = 1;
+    cfg.HV = 2;
+    tu_pool_run(&s, &cfg, 9200, NULL, 6e-3, 6e-3);
+    return TU_PASS;
+}
+
 int main(int argc, char **argv)
 {
     static const tu_test tests[] = {
@@ -792,6 +866,7 @@ int main(int argc, char **argv)
         {"head_dims_mixed", test_head_dims_mixed},
         {"graph_capture", test_graph_capture},
         {"malformed_cu", test_malformed_cu},
+        {"pool", test_pool},
     };
     const char *why = tu_cuda_unavailable();
     if (why) {

@@ -33,96 +33,24 @@ static uint64_t g_seed;
         }                                                                                                          \
     } while (0)
 
-/* ------------------------------------------------------------------------------------------ */
-/* Host tensors mirrored on the device                                                         */
-
-#define MAX_MIRROR 24
-
-typedef struct mirror {
-    int count;
-    void *host[MAX_MIRROR];
-    void *dev[MAX_MIRROR];
-    size_t bytes[MAX_MIRROR];
-} mirror;
-
-static size_t tensor_bytes(const gdn_tensor *t)
-{
-    size_t extent = 1;
-    for (int i = 0; i < t->rank; i++) {
-        if (t->shape[i] == 0)
-            return 0;
-        extent += (size_t)((t->shape[i] - 1) * t->stride[i]);
-    }
-    return extent * gdn_dtype_size(t->dtype);
-}
-
-/* Replaces t's data by a device copy (one copy per host buffer, so aliases stay aliases; the
- * largest extent wins). */
-static void mirror_tensor(mirror *m, gdn_tensor *t)
-{
-    if (!t->data)
-        return;
-    size_t bytes = tensor_bytes(t);
-    for (int i = 0; i < m->count; i++) {
-        if (m->host[i] == t->data) {
-            if (bytes > m->bytes[i]) {
-                void *d;
-                CUDA_OK(cudaMalloc(&d, bytes));
-                CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
-                CUDA_OK(cudaFree(m->dev[i]));
-                m->dev[i] = d;
-                m->bytes[i] = bytes;
-            }
-            t->data = m->dev[i];
-            t->device = GDN_DEVICE_CUDA;
-            return;
-        }
-    }
-    if (m->count == MAX_MIRROR) {
-        fprintf(stderr, "mirror: too many tensors\n");
-        exit(1);
-    }
-    void *d = NULL;
-    CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
-    if (bytes)
-        CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
-    m->host[m->count] = t->data;
-    m->dev[m->count] = d;
-    m->bytes[m->count] = bytes;
-    m->count++;
-    t->data = d;
-    t->device = GDN_DEVICE_CUDA;
-}
-
-static void mirror_args(mirror *m, gdn_recurrent_fwd_args *a)
+static void mirror_args(tu_mirror *m, gdn_recurrent_fwd_args *a)
 {
     gdn_tensor *ts[] = {&a->q, &a->k, &a->v, &a->o, &a->gate.g, &a->gate.a, &a->gate.A_log, &a->gate.dt_bias,
                         &a->gate.beta, &a->cu_seqlens, &a->state, &a->state_indices, &a->num_accepted_tokens,
                         &a->final_state, &a->step_states};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-        mirror_tensor(m, ts[i]);
+        tu_mirror_tensor(m, ts[i]);
 }
 
-/* Copies every mirrored buffer back to its host buffer and frees the device copies. */
-static void mirror_back(mirror *m)
-{
-    CUDA_OK(cudaDeviceSynchronize());
-    for (int i = 0; i < m->count; i++) {
-        if (m->bytes[i])
-            CUDA_OK(cudaMemcpy(m->host[i], m->dev[i], m->bytes[i], cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaFree(m->dev[i]));
-    }
-    m->count = 0;
-}
 
 static gdn_status run_cuda(gdn_recurrent_fwd_args a)
 {
-    mirror m = {0};
+    tu_mirror m = {0};
     mirror_args(&m, &a);
     gdn_status st = gdn_recurrent_fwd(&a);
     if (st != GDN_OK)
         printf("    gdn_recurrent_fwd: %s (%s)\n", gdn_status_string(st), gdn_last_error());
-    mirror_back(&m);
+    tu_mirror_back(&m);
     return st;
 }
 
@@ -673,7 +601,7 @@ static int test_graph_capture(void)
         double *o_ref = tu_alloc(n_o * sizeof(double)), *ht_ref = tu_alloc((size_t)c.state_numel * sizeof(double));
         tu_case_naive(&c, o_ref, ht_ref, NULL);
         gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
-        mirror m = {0};
+        tu_mirror m = {0};
         mirror_args(&m, &a);
         cudaStream_t stream;
         CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -691,7 +619,7 @@ static int test_graph_capture(void)
         }
         CUDA_OK(cudaGraphDestroy(graph));
         CUDA_OK(cudaStreamDestroy(stream));
-        mirror_back(&m);
+        tu_mirror_back(&m);
         tu_check("graph replay: o", tu_compare(c.o, cfg.dtype, o_ref, GDN_DTYPE_F64, n_o), tol_o(cfg.dtype));
         tu_check("graph replay: final_state",
                  tu_compare(c.ht, cfg.state_dtype, ht_ref, GDN_DTYPE_F64, (size_t)c.state_numel), 2e-5);
@@ -748,12 +676,12 @@ static int test_gating(void)
         ga.b = TU_TENSOR(b, bdt, B, T, HV);
         ga.allow_neg_eigval = neg;
         ga.beta_out = TU_TENSOR(beta, bdt, B, T, HV);
-        mirror m = {0};
+        tu_mirror m = {0};
         gdn_tensor *ts[] = {&ga.a, &ga.A_log, &ga.dt_bias, &ga.g_out, &ga.b, &ga.beta_out};
         for (int i = 0; i < 6; i++)
-            mirror_tensor(&m, ts[i]);
+            tu_mirror_tensor(&m, ts[i]);
         gdn_status st = gdn_gating(&ga);
-        mirror_back(&m);
+        tu_mirror_back(&m);
         char what[80];
         snprintf(what, sizeof what, "gating %s a %s beta %s%s%s", kind == GDN_GATE_KDA ? "KDA" : "GDN", dtn(adt),
                  dtn(bdt), lower < 0 ? " lower_bound" : "", neg ? " neg_eigval" : "");

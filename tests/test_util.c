@@ -432,6 +432,76 @@ int tu_cuda_device_count(void)
 #endif
 }
 
+#ifdef GDN_WITH_CUDA
+#define MIRROR_OK(call)                                                                                            \
+    do {                                                                                                           \
+        cudaError_t err_ = (call);                                                                                 \
+        if (err_ != cudaSuccess) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));              \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+/* Bytes from a tensor's first to last element (0 for an empty one). */
+static size_t extent_bytes(const gdn_tensor *t)
+{
+    size_t extent = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] == 0)
+            return 0;
+        extent += (size_t)((t->shape[i] - 1) * t->stride[i]);
+    }
+    return extent * gdn_dtype_size(t->dtype);
+}
+
+void tu_mirror_tensor(tu_mirror *m, gdn_tensor *t)
+{
+    if (!t->data)
+        return;
+    size_t bytes = extent_bytes(t);
+    for (int i = 0; i < m->count; i++) {
+        if (m->host[i] == t->data) {
+            if (bytes > m->bytes[i]) { /* the largest extent wins */
+                void *d;
+                MIRROR_OK(cudaMalloc(&d, bytes));
+                MIRROR_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+                MIRROR_OK(cudaFree(m->dev[i]));
+                m->dev[i] = d;
+                m->bytes[i] = bytes;
+            }
+            t->data = m->dev[i];
+            t->device = GDN_DEVICE_CUDA;
+            return;
+        }
+    }
+    if (m->count == TU_MAX_MIRROR) {
+        fprintf(stderr, "tu_mirror: too many tensors\n");
+        exit(1);
+    }
+    void *d = NULL;
+    MIRROR_OK(cudaMalloc(&d, bytes ? bytes : 16));
+    if (bytes)
+        MIRROR_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+    m->host[m->count] = t->data;
+    m->dev[m->count] = d;
+    m->bytes[m->count] = bytes;
+    m->count++;
+    t->data = d;
+    t->device = GDN_DEVICE_CUDA;
+}
+
+void tu_mirror_back(tu_mirror *m)
+{
+    MIRROR_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < m->count; i++) {
+        if (m->bytes[i])
+            MIRROR_OK(cudaMemcpy(m->host[i], m->dev[i], m->bytes[i], cudaMemcpyDeviceToHost));
+        MIRROR_OK(cudaFree(m->dev[i]));
+    }
+    m->count = 0;
+}
+#endif
+
 const char *tu_cuda_unavailable(void)
 {
 #ifdef GDN_WITH_CUDA

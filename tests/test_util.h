@@ -150,6 +150,20 @@ void tu_skip_reason(const char *fmt, ...)
 
 /* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
 int tu_cuda_device_count(void);
+
+/* Host tensors mirrored on the device (CUDA builds): tu_mirror_tensor replaces t's host pointer by a
+ * device copy of its whole extent (strides and padding included; a host buffer seen before maps
+ * to the same device buffer, so aliases stay aliases); tu_mirror_back copies every buffer back to
+ * its host buffer and frees the device copies. Exits on a CUDA error. */
+#define TU_MAX_MIRROR 24
+typedef struct tu_mirror {
+    int count;
+    void *host[TU_MAX_MIRROR];
+    void *dev[TU_MAX_MIRROR];
+    size_t bytes[TU_MAX_MIRROR];
+} tu_mirror;
+void tu_mirror_tensor(tu_mirror *m, gdn_tensor *t);
+void tu_mirror_back(tu_mirror *m);
 /* Why no CUDA device can be used ("libgdn built without CUDA", "no CUDA device", or the runtime's
  * error), or NULL when one can. */
 const char *tu_cuda_unavailable(void);

@@ -73,7 +73,18 @@ struct ChunkParams {
     const void *h0;            /* may be NULL */
     void *ht;                  /* may be NULL */
     gdn_dtype state_dtype;
-    int64_t h0_s[4], ht_s[4];  /* {seq, hv, k, v} */
+    int64_t h0_s[4], ht_s[4];  /* {seq or pool slot, hv, k, v} */
+    /* State pool (gdn.h): h0 and ht are then both the pool, and sequence n's row is its slot
+     * pool_idx[n] (state_row); has_init [N] may keep a sequence from reading it; checkpoints go
+     * to the pool slots ckpt[n, j] (ckpt_slot). */
+    const int32_t *pool_idx;   /* [N] or NULL: row n of h0 / ht */
+    int64_t pool_idx_s, pool_slots;
+    int pool_slot_min;         /* 1 with null_slot_zero, else 0 */
+    const int32_t *has_init;   /* [N] or NULL */
+    int64_t has_init_s;
+    int64_t ckpt_every;        /* checkpoint interval in tokens, a multiple of C; 0: none */
+    const int32_t *ckpt;       /* [N, ckpt_cols] */
+    int64_t ckpt_n, ckpt_j, ckpt_cols;
     unsigned char *ws;
     /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
      * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
@@ -104,6 +115,32 @@ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? 
 __device__ __forceinline__ int64_t clamp_t(const ChunkParams &p, int32_t x)
 {
     return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
+}
+
+/* The row of h0 / ht that sequence n reads and writes: n, or its pool slot; -1 when an invalid
+ * slot skips the sequence (its outputs are then zeros). */
+__device__ __forceinline__ int64_t state_row(const ChunkParams &p, int64_t n)
+{
+    if (!p.pool_idx)
+        return n;
+    const int64_t s = p.pool_idx[n * p.pool_idx_s];
+    return s >= p.pool_slot_min && s < p.pool_slots ? s : -1;
+}
+
+/* Whether sequence n (not skipped) starts from h0 rather than from zeros. */
+__device__ __forceinline__ bool reads_h0(const ChunkParams &p, int64_t n)
+{
+    return p.h0 && (!p.has_init || p.has_init[n * p.has_init_s] != 0);
+}
+
+/* The pool slot of sequence n's checkpoint after its first `tokens` tokens (a multiple of C), or
+ * -1: none due there, past the last column, or an invalid slot (that write is skipped). */
+__device__ __forceinline__ int64_t ckpt_slot(const ChunkParams &p, int64_t n, int64_t tokens)
+{
+    if (p.ckpt_every <= 0 || tokens % p.ckpt_every != 0 || tokens / p.ckpt_every > p.ckpt_cols)
+        return -1;
+    const int64_t s = p.ckpt[n * p.ckpt_n + (tokens / p.ckpt_every - 1) * p.ckpt_j];
+    return s >= p.pool_slot_min && s < p.pool_slots ? s : -1;
 }
 
 __device__ __forceinline__ SeqInfo sequence(const ChunkParams &p, int64_t n)

@@ -419,12 +419,25 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.scale = p->scale;
     prm.l2norm = p->use_qk_l2norm;
     prm.h0 = p->state_in.data;
-    prm.ht = p->final_state.data;
     prm.state_dtype = p->state_dtype;
+    /* With a pool the final states go back into it (the API refuses a final_state beside it). */
+    const gdn_view &fin = p->state_indices ? p->state_in : p->final_state;
+    prm.ht = fin.data;
     for (int i = 0; i < 4; ++i) {
         prm.h0_s[i] = p->state_in.s[i];
-        prm.ht_s[i] = p->final_state.s[i];
+        prm.ht_s[i] = fin.s[i];
     }
+    prm.pool_idx = p->state_indices;
+    prm.pool_idx_s = p->idx_stride_n;
+    prm.pool_slots = p->num_slots;
+    prm.pool_slot_min = p->null_slot_zero ? 1 : 0;
+    prm.has_init = p->has_initial_state;
+    prm.has_init_s = p->has_init_stride;
+    prm.ckpt_every = p->checkpoint_interval;
+    prm.ckpt = p->checkpoint_indices;
+    prm.ckpt_n = p->ckpt_stride_n;
+    prm.ckpt_j = p->ckpt_stride_j;
+    prm.ckpt_cols = p->ckpt_cols;
     prm.ws = ws + pk.bytes;
     CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < pk.bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, cp))

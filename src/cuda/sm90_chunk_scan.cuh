@@ -37,6 +37,8 @@ __global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const ChunkP
     float *start = p.cp_start + (size_t)pair * p.nseg * p.V * K;
     const float *pre = p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K;
 
+    const int64_t hrow = state_row(p, n);
+    const bool read_h0 = hrow >= 0 && reads_h0(p, n);
     float4 mr[ML];
     auto fetch_m = [&](int64_t j) {
         const float4 *src = reinterpret_cast<const float4 *>(pre + ((size_t)j * (p.V + K) + p.V) * K);
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(scan_threads<K>()) cp_scan_kernel(const ChunkP
         const int r = i / K, d = i % K;
         const int64_t vv = c0 + r;
         start[vv * K + d] =
-            p.h0 ? load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]) : 0.f;
+            read_h0 ? load_state(p, p.h0, hrow * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]) : 0.f;
         const float x = pre[vv * K + d];
         Ss[r * K + d] = x;
         start[(p.V + vv) * K + d] = x;

@@ -178,10 +178,11 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     if (PRE && seg == 0 && !v_real)
         return; /* the first segment starts from the known state: no M */
     SeqInfo sq = sequence(p, n);
-    int64_t nchunks = (sq.len + C - 1) / C;
+    const int64_t seq_len = sq.len, hrow = state_row(p, n); /* hrow < 0: skipped, o zeroed */
+    int64_t nchunks = (sq.len + C - 1) / C, cbeg = 0;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
     if (p.seg_chunks > 0) {
-        const int64_t cbeg = min64(nchunks, seg * p.seg_chunks);
+        cbeg = min64(nchunks, seg * p.seg_chunks);
         nchunks = min64(nchunks - cbeg, p.seg_chunks);
         sq.bos += cbeg * C;
         sq.len = min64(sq.len - cbeg * C, p.seg_chunks * C);
@@ -333,6 +334,20 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     if (chain) {
         /* s[b][i] = S^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
         float s[KB][32];
+        /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). */
+        auto store_s = [&](int64_t row) {
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int i = 0; i < 32; ++i) {
+                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                    const int64_t x = row * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
+                    if (p.state_dtype == GDN_DTYPE_BF16)
+                        static_cast<__nv_bfloat16 *>(p.ht)[x] = __float2bfloat16_rn(s[b][i]);
+                    else
+                        static_cast<float *>(p.ht)[x] = s[b][i];
+                }
+        };
 #pragma unroll
         for (int b = 0; b < KB; ++b)
 #pragma unroll
@@ -343,8 +358,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                     x = vv - p.V == d ? 1.f : 0.f;
                 else if (!PRE && p.seg_chunks > 0)
                     x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
-                else if (p.h0 && seg == 0)
-                    x = load_state(p, p.h0, n * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
+                else if (seg == 0 && hrow >= 0 && reads_h0(p, n))
+                    x = load_state(p, p.h0, hrow * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
                 s[b][i] = x;
             }
         int stage = 0;
@@ -468,6 +483,14 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int b = 0; b < KB; ++b)
                 acc_fence(s[b]);
             mbar_arrive(&empty[stage]);
+            if constexpr (!PRE) {
+                /* Prefix-cache checkpoint: S after this chunk, when it ends a multiple of the interval. */
+                if (p.ckpt_every > 0 && hrow >= 0 && (cbeg + c + 1) * C <= seq_len) {
+                    const int64_t slot = ckpt_slot(p, n, (cbeg + c + 1) * C);
+                    if (slot >= 0)
+                        store_s(slot);
+                }
+            }
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1u;
@@ -483,18 +506,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                     const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
                     *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[b][i], s[b][i + 1]);
                 }
-        } else if (p.ht && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
-#pragma unroll
-            for (int b = 0; b < KB; ++b)
-#pragma unroll
-                for (int i = 0; i < 32; ++i) {
-                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
-                    const int64_t x = n * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
-                    if (p.state_dtype == GDN_DTYPE_BF16)
-                        static_cast<__nv_bfloat16 *>(p.ht)[x] = __float2bfloat16_rn(s[b][i]);
-                    else
-                        static_cast<float *>(p.ht)[x] = s[b][i];
-                }
+        } else if (p.ht && hrow >= 0 && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
+            store_s(hrow);
         }
         return;
     }
@@ -560,7 +573,9 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int it = 0; it < 4; ++it) {
                 const int r = (t >> 3) + 16 * it;
                 if (r < cl)
-                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t) = *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)));
+                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t) =
+                        hrow >= 0 ? *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)))
+                                  : make_uint4(0, 0, 0, 0);
             }
         }
     }
