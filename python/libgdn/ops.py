@@ -22,7 +22,7 @@ import warnings
 import torch
 
 from . import _capi as C
-from ._kernels import chunk_fwd, gating, recurrent_fwd, recurrent_fwd_inplace
+from ._kernels import chunk_fwd, chunk_grads, gating, recurrent_fwd, recurrent_fwd_inplace
 
 # ------------------------------------------------------------------------------------------------
 # Keyword arguments
@@ -268,7 +268,6 @@ def chunk_gated_delta_rule(
     _options(fn, kwargs, cp_context=cp_context)
     _check_qkv(fn, q, k, v)
     _check_beta(fn, beta)
-    _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
 
@@ -316,21 +315,72 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     elif h0 is not None and h0.dtype not in (torch.float32, torch.bfloat16, state_dtype):
         h0 = h0.to(state_dtype)
     cu = _index_tensor(cu_seqlens)
-    if _recurrent_instead(fn, q, kind):
-        # The recurrent op calls its state argument `state`; name the chunk function's argument.
-        rows = cu.shape[0] - 1 if cu is not None else q.shape[0]
-        if h0 is not None and h0.dim() >= 1 and h0.shape[0] != rows:
-            raise C.GDNInvalidArgumentError(f"{fn}: initial_state: shape[0] = {h0.shape[0]}, expected {rows}",
-                                            C.GDN_ERR_INVALID_ARGUMENT)
-        o, final = _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, 0.0, 0.0, beta, beta_from_logits,
-                                       allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first, h0, None, None,
-                                       False, False, 1 if output_final_state else 0, state_dtype)
-        return o, final
     g, a, A_log, dt_bias = gate
-    o, final = chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, int(kind), float(lower_bound), bool(beta_from_logits),
-                         bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu,
-                         bool(state_v_first), h0, bool(output_final_state), state_dtype, fn)
+    opts = _ChunkOptions(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
+                         state_v_first, output_final_state, state_dtype)
+    if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0):
+        o, final = _ChunkFunction.apply(q, k, v, g, a, A_log, dt_bias, beta, h0, opts)
+    else:
+        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
     return o, (final if output_final_state else None)
+
+
+class _ChunkOptions:
+    """The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated)."""
+
+    def __init__(self, fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
+                 state_v_first, output_final_state, state_dtype):
+        self.fn, self.kind, self.lower_bound = fn, int(kind), float(lower_bound)
+        self.beta_from_logits, self.allow_neg_eigval = bool(beta_from_logits), bool(allow_neg_eigval)
+        self.scale = 0.0 if scale is None else float(scale)
+        self.use_qk_l2norm, self.cu, self.state_v_first = bool(use_qk_l2norm), cu, bool(state_v_first)
+        self.output_final_state, self.state_dtype = bool(output_final_state), state_dtype
+
+
+def _grad_needed(*tensors):
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
+    """libgdn::chunk_fwd, or the recurrent op where the chunk kernel does not take the call
+    (_recurrent_instead): (o, final state, or None / an empty tensor without one)."""
+    if _recurrent_instead(o.fn, q, o.kind):
+        # The recurrent op calls its state argument `state`; name the chunk function's argument.
+        rows = o.cu.shape[0] - 1 if o.cu is not None else q.shape[0]
+        if h0 is not None and h0.dim() >= 1 and h0.shape[0] != rows:
+            raise C.GDNInvalidArgumentError(f"{o.fn}: initial_state: shape[0] = {h0.shape[0]}, expected {rows}",
+                                            C.GDN_ERR_INVALID_ARGUMENT)
+        out, final = _recurrent_dispatch(o.fn, q, k, v, o.kind, (g, a, A_log, dt_bias), o.lower_bound, 0.0, 0.0,
+                                         beta, o.beta_from_logits, o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu,
+                                         o.state_v_first, h0, None, None, False, False,
+                                         1 if o.output_final_state else 0, o.state_dtype)
+        return out, (final if final is not None else torch.empty(0, dtype=torch.float32, device=q.device))
+    return chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, o.kind, o.lower_bound, o.beta_from_logits,
+                     o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu, o.state_v_first, h0, o.output_final_state,
+                     o.state_dtype, o.fn)
+
+
+class _ChunkFunction(torch.autograd.Function):
+    """The chunked forward with its backward (gdn_chunk_bwd): the forward saves its inputs only,
+    the backward recomputes the rest. On CUDA the backward raises the library's unsupported error."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):
+        ctx.opts = opts
+        ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, h0)
+        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
+        if not opts.output_final_state:
+            ctx.mark_non_differentiable(final)
+        return o, final
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        o = ctx.opts
+        q, k, v, g, a, A_log, dt_bias, beta, h0 = ctx.saved_tensors
+        grads = chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, o.beta_from_logits, o.allow_neg_eigval, o.scale,
+                            o.use_qk_l2norm, o.cu, o.state_v_first, h0, do, dht if o.output_final_state else None,
+                            o.fn)
+        return grads + (None,)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -167,12 +167,14 @@ def test_struct_layout_matches_header():
 
 
 def test_forward_only_warning():
+    """The recurrent function has no backward: it warns when autograd would expect one (the chunked
+    function differentiates, test_backward.py)."""
     q, k, v, g, beta = inputs("cpu")
     q.requires_grad_(True)
     with pytest.warns(UserWarning, match="forward-only"):
-        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+        libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
     with torch.no_grad():
-        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+        libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
 
 
 def test_chunk_unsupported_is_not_rerun(monkeypatch, c_calls):
