@@ -4,8 +4,9 @@ fused_recurrent_gated_delta_rule (decode, with vLLM's state-pool arguments) and 
 Every function takes torch tensors on the CPU (CPU backend) or on a CUDA device (CUDA backend, run on
 torch's current stream), passes strides through, allocates outputs and workspace with torch (so it
 works under CUDA graph capture and the caching allocator), never synchronises, and never reads
-device data on the host (see _kernels._index_args for host-resident index tensors). Forward only: no
-gradients flow through the outputs.
+device data on the host (see _kernels._index_args for host-resident index tensors).
+chunk_gated_delta_rule is differentiable (gdn_chunk_bwd; CPU tensors only, CUDA tensors raise
+GDNUnsupportedError in the backward); the other functions are forward only.
 Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's message; valid
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
 
@@ -13,7 +14,7 @@ Keyword arguments: as FLA, unknown ones are accepted and ignored (one warning pe
 per process); options that would change the result and that libgdn does not implement raise.
 
 The functions resolve their arguments here (plain torch, traceable) and call the custom ops of
-_kernels.py (libgdn::chunk_fwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
+_kernels.py (libgdn::chunk_fwd, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
 traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
 """
 
@@ -109,9 +110,10 @@ def _check_beta(fn, beta):
 
 
 def _forward_only(fn, *tensors):
-    """Warn when autograd would expect gradients: libgdn computes the forward pass only."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        warnings.warn(f"{fn}: libgdn is forward-only; no gradients flow through its outputs "
+    """Warn when autograd would expect gradients from a function without a backward (all but
+    chunk_gated_delta_rule)."""
+    if _grad_needed(*tensors):
+        warnings.warn(f"{fn} is forward-only in libgdn; no gradients flow through its outputs "
                       f"(run under torch.no_grad() / torch.inference_mode() to silence this)", stacklevel=3)
 
 
@@ -186,7 +188,9 @@ def chunk_gated_delta_rule(
 ):
     r"""
     Gated delta rule, chunked form (prefill). Same signature and results as FLA's
-    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only). Any strides. On CUDA,
+    `fla.ops.gated_delta_rule.chunk_gated_delta_rule`, differentiable on CPU tensors (gradients to
+    q, k, v, g, beta, initial_state, and A_log / dt_bias with use_gate_in_kernel; on CUDA tensors
+    the backward raises GDNUnsupportedError: no CUDA kernel yet). Any strides. On CUDA,
     float32 inputs and head dim K = 256, which the chunk kernel does not take, run on the recurrent
     kernel (same results; one warning per process).
 

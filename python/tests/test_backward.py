@@ -40,7 +40,7 @@ def gradcheck(fn, inputs, gen):
 
 
 def test_gradcheck_plain(gen):
-    B, T, H, HV = 2, 9, 1, 2
+    B, T, H, HV = 2, 4, 1, 1
     q, k, v = rnd(gen, B, T, H, K), F.normalize(rnd(gen, B, T, H, K), dim=-1), rnd(gen, B, T, HV, V)
     g = F.logsigmoid(rnd(gen, B, T, HV))
     beta = torch.rand(B, T, HV, generator=gen, dtype=torch.float64)
@@ -50,24 +50,25 @@ def test_gradcheck_plain(gen):
     gradcheck(fn, map(leaf, (q, k, v, g, beta)), gen)
 
 
-@pytest.mark.parametrize("state_v_first", [False, True])
-def test_gradcheck_l2norm_states(gen, state_v_first):
-    B, T, H, HV = 1, 7, 1, 1
+def test_gradcheck_l2norm_states(gen):
+    """The V-first state layout, both states in the loss; q, k, v stay constants here (checked in the
+    other groups) so that the 4096 elements of the state keep the check cheap."""
+    B, T, H, HV = 1, 5, 1, 1
     q, k, v = rnd(gen, B, T, H, K), rnd(gen, B, T, H, K), rnd(gen, B, T, HV, V)
     g = F.logsigmoid(rnd(gen, B, T, HV))
     beta = torch.rand(B, T, HV, generator=gen, dtype=torch.float64)
-    h0 = rnd(gen, B, HV, K, V, scale=0.5)
+    h0 = rnd(gen, B, HV, V, K, scale=0.5)
 
-    def fn(q, k, v, g, beta, h0):
+    def fn(g, beta, h0):
         return libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-                                             use_qk_l2norm_in_kernel=True, state_v_first=state_v_first)
-    gradcheck(fn, map(leaf, (q, k, v, g, beta, h0)), gen)
+                                             use_qk_l2norm_in_kernel=True, state_v_first=True)
+    gradcheck(fn, map(leaf, (g, beta, h0)), gen)
 
 
 def test_gradcheck_in_kernel_gate(gen):
     """Raw a and beta logits (allow_neg_eigval); A_log / dt_bias are float32 in the C API, so their
     gradients are checked against the reference in test_gate_parameter_grads instead."""
-    B, T, H, HV = 1, 9, 1, 2
+    B, T, H, HV = 1, 5, 1, 1
     q, k, v = rnd(gen, B, T, H, K), rnd(gen, B, T, H, K), rnd(gen, B, T, HV, V)
     a, b = rnd(gen, B, T, HV), rnd(gen, B, T, HV, scale=2.0)
     A_log = torch.rand(HV, generator=gen).add(0.5).log()
@@ -81,19 +82,20 @@ def test_gradcheck_in_kernel_gate(gen):
 
 
 def test_gradcheck_varlen_gva(gen):
-    """Packed sequences with an empty one, GVA, the final state in the loss (initial states given;
-    their gradient is checked in test_gradcheck_l2norm_states, which keeps it cheap)."""
-    cu = torch.tensor([0, 3, 3, 8])
-    T, H, HV = 8, 1, 2
+    """Packed sequences with an empty one, GVA (dq, dk summed over the value heads), the final state
+    in the loss (initial states given; dv and dh0 are checked in the other groups, which keeps this
+    one cheap)."""
+    cu = torch.tensor([0, 2, 2, 5])
+    T, H, HV = 5, 1, 2
     q, k, v = rnd(gen, 1, T, H, K), rnd(gen, 1, T, H, K), rnd(gen, 1, T, HV, V)
     g = F.logsigmoid(rnd(gen, 1, T, HV))
     beta = torch.rand(1, T, HV, generator=gen, dtype=torch.float64)
     h0 = rnd(gen, 3, HV, K, V, scale=0.5)
 
-    def fn(q, k, v, g, beta):
+    def fn(q, k, g, beta):
         return libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                              use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-    gradcheck(fn, map(leaf, (q, k, v, g, beta)), gen)
+    gradcheck(fn, map(leaf, (q, k, g, beta)), gen)
 
 
 def reference_fla(q, k, v, a, b, A_log, dt_bias, h0, cu_seqlens, state_v_first):
@@ -239,6 +241,6 @@ def test_training_matches_reference():
             step.append(loss.item())
         losses.append(step)
     for i, (a, b) in enumerate(losses):
-        assert abs(a - b) <= 1e-4 * abs(b), f"step {i}: loss {a:.8f} vs reference {b:.8f}"
+        assert abs(a - b) <= 1e-5 * abs(b), f"step {i}: loss {a:.8f} vs reference {b:.8f}"
     assert losses[-1][0] < 0.9 * losses[0][0], "the model does not train"
     assert model.layer.A_log.grad is not None and model.layer.dt_bias.grad is not None
