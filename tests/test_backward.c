@@ -2,10 +2,11 @@
  * test_backward.c - gdn_chunk_bwd on the CPU: the float64 oracle against central finite
  * differences of L = sum(d_o * o) + sum(dht * final_state) computed by the f64 forward, along
  * random directions of every input (and element by element for A_log / dt_bias), for each option:
- * l2 norm, in-kernel gate (with and without dt_bias), beta logits, allow_neg_eigval, GVA, varlen
+ * l2 norm, in-kernel gate (with and without dt_bias, softplus options), beta logits, allow_neg_eigval, GVA, varlen
  * with an empty sequence, initial state in both layouts, dht present and absent, extreme gates
  * (g = -1e4 and 0), T from 1 to 70 (chunk boundaries crossed). Then f32 and bf16 inputs (f32 and
- * bf16 states) against the oracle on the same rounded values, and the validation rules (bad
+ * bf16 states) against the oracle on the same rounded values, bitwise repeatability across thread
+ * counts, strided q / k / v and gradients, and the validation rules (bad
  * shapes, aliasing, missing outputs and workspace: clear errors, outputs untouched).
  *   build/tests/test_backward [name-substring ...]
  */
@@ -26,6 +27,7 @@ typedef struct bw_cfg {
     int l2norm, h0, dht;
     gdn_state_layout layout;
     int extreme;           /* g cycles through -1e4, 0 and draws */
+    float softplus_beta, softplus_threshold; /* raw gates; 0: defaults */
     uint64_t seed;
 } bw_cfg;
 
@@ -158,6 +160,8 @@ static void call_init(bw_call *k, const bw_case *cs, gdn_dtype dt, gdn_dtype sta
         a->gate.g = make(cs->gate, gdt, 3, sg, cs->ng);
     }
     a->gate.beta = make(cs->beta, beta_dt, 3, sg, cs->ng);
+    a->gate.softplus_beta = c->softplus_beta;
+    a->gate.softplus_threshold = c->softplus_threshold;
     a->gate.beta_from_logits = c->logits;
     a->gate.allow_neg_eigval = c->neg_eig;
     a->use_qk_l2norm = c->l2norm;
@@ -400,6 +404,12 @@ static int test_fd_in_kernel_gate(void)
         c.layout = v == 2 ? GDN_STATE_VK : GDN_STATE_KV;
         check_fd(&c);
     }
+    bw_cfg sp = base(1, 30, 1, 2, 305); /* softplus options: a + dt_bias on both branches */
+    sp.raw = 1;
+    sp.dt_bias = 1;
+    sp.softplus_beta = 2.0f;
+    sp.softplus_threshold = 0.5f;
+    check_fd(&sp);
     bw_cfg c = base(1, 40, 1, 1, 310); /* logits with a precomputed g */
     c.logits = 1;
     c.neg_eig = 1;
@@ -546,6 +556,66 @@ static int test_deterministic(void)
     return TU_PASS;
 }
 
+/* q, k, v read from one fused [B, T, 2 H K + HV V] projection, and dq, dk, dv written with that
+ * projection's strides (each into a buffer of its own: outputs must not share an address range), give
+ * the bits of the contiguous call. */
+static int test_strided(void)
+{
+    bw_cfg c = base(2, 70, 1, 2, 850);
+    c.l2norm = 1;
+    c.raw = 1;
+    c.logits = 1;
+    bw_case cs;
+    case_init(&cs, &c);
+    bw_call k;
+    call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    tu_expect(run_bwd(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
+    const int64_t HK = c.H * c.K, W = 2 * HK + c.HV * c.V, rows = c.B * c.T;
+    float *in = tu_alloc((size_t)(rows * W) * sizeof(float)), *out[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = tu_alloc((size_t)(rows * W) * sizeof(float));
+        tu_poison(out[i], GDN_DTYPE_F32, (size_t)(rows * W));
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(in + r * W, (float *)k.a.q.data + r * HK, (size_t)HK * sizeof(float));
+        memcpy(in + r * W + HK, (float *)k.a.k.data + r * HK, (size_t)HK * sizeof(float));
+        memcpy(in + r * W + 2 * HK, (float *)k.a.v.data + r * c.HV * c.V, (size_t)(c.HV * c.V) * sizeof(float));
+    }
+    bw_call f = k;
+    int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
+    int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
+    f.a.q = tu_tensor_strided(in, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.k = tu_tensor_strided(in + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.v = tu_tensor_strided(in + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
+    f.a.dq = tu_tensor_strided(out[0], GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.dk = tu_tensor_strided(out[1] + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.dv = tu_tensor_strided(out[2] + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
+    f.a.da = out_like(k.a.da);
+    f.a.dA_log = out_like(k.a.dA_log);
+    f.a.dbeta = out_like(k.a.dbeta);
+    tu_expect(gdn_chunk_bwd(&f.a) == GDN_OK, "strided: %s", gdn_last_error());
+    int same = 1;
+    for (int64_t r = 0; r < rows; r++) {
+        same &= tu_same_bytes(out[0] + r * W, (float *)k.a.dq.data + r * HK, (size_t)HK * sizeof(float));
+        same &= tu_same_bytes(out[1] + r * W + HK, (float *)k.a.dk.data + r * HK, (size_t)HK * sizeof(float));
+        same &= tu_same_bytes(out[2] + r * W + 2 * HK, (float *)k.a.dv.data + r * c.HV * c.V,
+                              (size_t)(c.HV * c.V) * sizeof(float));
+    }
+    tu_expect(same, "strided dq / dk / dv differ from the contiguous call");
+    tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * sizeof(float)) &&
+                  tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * sizeof(float)),
+              "strided da / dbeta differ");
+    free(f.a.da.data);
+    free(f.a.dA_log.data);
+    free(f.a.dbeta.data);
+    free(in);
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
+    call_free(&k);
+    case_free(&cs);
+    return TU_PASS;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Validation                                                                                  */
 
@@ -655,6 +725,7 @@ int main(int argc, char **argv)
         {"empty_sequences", test_empty_sequences},
         {"dtypes", test_dtypes},
         {"deterministic", test_deterministic},
+        {"strided", test_strided},
         {"validation", test_validation},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
