@@ -231,13 +231,14 @@ GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
  *   in the caller's workspace (the op allocates nothing), sized by the query for the current
  *   thread count (gdn_set_num_threads). The call runs on as many threads as the workspace covers,
  *   one at least.
- *   CUDA: no kernel yet (GDN_ERR_UNSUPPORTED, "backward: no CUDA kernel yet").
+ *   CUDA: no kernel yet (GDN_ERR_UNSUPPORTED, "backward: no CUDA kernel yet"); its recomputed
+ *   per-chunk states will come from the same workspace, so the call does not change.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
  * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,
  * dA_log and ddt_bias replace dg. GVA: dq and dk sum over the G value heads of a key head.
- * dA_log and ddt_bias sum over all tokens and sequences. Outputs are written whole (every element,
- * zeros where a gradient is zero: tokens of no sequence do not exist, since cu_seqlens covers T). */
+ * dA_log and ddt_bias sum over all tokens and sequences. Every element of every output is written.
+ * The CPU backend is bitwise repeatable whatever the thread count. */
 typedef struct gdn_chunk_bwd_args {
     /* The forward's inputs, as given to gdn_chunk_fwd (same rules). */
     gdn_tensor q;            /* [B, T, H, K]  f32 / bf16 / f16 (f64 on the CPU: the float64 oracle) */
@@ -255,7 +256,7 @@ typedef struct gdn_chunk_bwd_args {
     gdn_tensor dht;          /* like initial_state: dL/d final_state; may be absent (zero) */
     /* initial_state, dht and dh0 share one state dtype: f32 or bf16 (f64 in the oracle mode). */
 
-    /* Outputs; none may overlap an input or another output. */
+    /* Outputs; none may overlap an input or another output (address ranges from first to last element). */
     gdn_tensor dq;           /* [B, T, H, K]  same dtype as q */
     gdn_tensor dk;           /* [B, T, H, K]  same dtype as q */
     gdn_tensor dv;           /* [B, T, HV, V] same dtype as q */

@@ -859,8 +859,8 @@ gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args) { return fwd_ru
 /* ------------------------------------------------------------------------------------------ */
 /* Chunk backward                                                                              */
 
-/* A gradient output: required exactly when `needed`, then checked as `like` would be (dtype
- * set, rank, shape) and added to the outputs. */
+/* A gradient output: present exactly when `needed` (`why` says why, in the message), then checked
+ * (dtypes, rank, shape) and added to the outputs of the aliasing check. */
 static gdn_status check_grad(device_ctx *dev, const gdn_tensor *t, const char *name, int needed, const char *why,
                              unsigned dtypes, int rank, const int64_t *want, alias_set *aliases)
 {
@@ -915,8 +915,9 @@ static gdn_status resolve_chunk_bwd(const gdn_chunk_bwd_args *args, gdn_bwd_prob
     TRY(check_grad(dev, &args->dv, "dv", 1, "the gradient of v", q_dt, 4, want_v, &aliases));
     TRY(check_grad(dev, &args->dg, "dg", !raw, raw ? "the gate is raw gate.a: da replaces dg" : "gate.g is given",
                    DT_F32 | DT_F64, 3, want_g, &aliases));
-    TRY(check_grad(dev, &args->da, "da", raw, raw ? "gate.a is given" : "the gate is precomputed gate.g: dg replaces da",
-                   1u << gp->a.dtype, 3, want_g, &aliases));
+    TRY(check_grad(dev, &args->da, "da", raw,
+                   raw ? "gate.a is given" : "the gate is precomputed gate.g: dg replaces da", 1u << gp->a.dtype, 3,
+                   want_g, &aliases));
     TRY(check_grad(dev, &args->dA_log, "dA_log", raw, raw ? "gate.a is given" : "gate.A_log is absent",
                    DT_F32 | DT_F64, 1, want_hv, &aliases));
     TRY(check_grad(dev, &args->ddt_bias, "ddt_bias", present(&gp->dt_bias),

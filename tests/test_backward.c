@@ -545,8 +545,10 @@ static int test_deterministic(void)
     gdn_set_num_threads(4);
     tu_expect(run_bwd(&k2) == GDN_OK, "4 threads: %s", gdn_last_error());
     gdn_set_num_threads(threads);
-    const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da, &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
-    const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da, &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
+    const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da,
+                             &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
+    const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da,
+                             &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
     for (int i = 0; i < 8; i++)
         tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
                   "output %d differs between 1 and 4 threads", i);
