@@ -23,6 +23,7 @@ import warnings
 import torch
 
 from . import _capi as C
+from . import _custom_ops
 from ._kernels import chunk_fwd, chunk_grads, gating, recurrent_fwd, recurrent_fwd_inplace
 
 # ------------------------------------------------------------------------------------------------
@@ -322,11 +323,19 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     g, a, A_log, dt_bias = gate
     opts = _ChunkOptions(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
                          state_v_first, output_final_state, state_dtype)
-    if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0):
+    if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0) and \
+            not _op_differentiates(opts, q):
         o, final = _ChunkFunction.apply(q, k, v, g, a, A_log, dt_bias, beta, h0, opts)
     else:
         o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
     return o, (final if output_final_state else None)
+
+
+def _op_differentiates(opts, q):
+    """Whether the call runs on libgdn::chunk_fwd as a torch custom op (torch >= 2.4), which has
+    gdn_chunk_bwd registered as its derivative (traced by torch.compile like the forward). Elsewhere
+    (older torch, or a CUDA call sent to the recurrent kernel) _ChunkFunction differentiates."""
+    return _custom_ops.AVAILABLE and not _recurrent_instead(opts.fn, q, opts.kind)
 
 
 class _ChunkOptions:
@@ -365,8 +374,9 @@ def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
 
 
 class _ChunkFunction(torch.autograd.Function):
-    """The chunked forward with its backward (gdn_chunk_bwd): the forward saves its inputs only,
-    the backward recomputes the rest. On CUDA the backward raises the library's unsupported error."""
+    """The chunked forward with its backward (gdn_chunk_bwd) where the op does not carry it
+    (_op_differentiates): the forward saves its inputs only, the backward recomputes the rest. On
+    CUDA the backward raises the library's unsupported error."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import libgdn
-from libgdn import _capi
+from libgdn import _capi, _kernels
 from reference import gdn_gate, kv, recurrence, rel_err, to_layout
 
 K = V = 64  # the head dims the library takes (64, 128, 256)
@@ -153,6 +153,41 @@ def test_gate_parameter_grads(gen):
     (o_ref * wo).sum().backward()
     assert rel_err(A_log.grad, A_ref.grad) < 1e-6
     assert rel_err(dt_bias.grad, dt_ref.grad) < 1e-6
+
+
+def test_custom_op_derivative(gen):
+    """The derivative registered on libgdn::chunk_fwd (the path torch >= 2.4 takes) gives the
+    gradients of the public function, checked on every torch by calling its two halves the way
+    torch.library does: setup_context(ctx, inputs, output), then backward(ctx, *output grads)."""
+    class Ctx:
+        def save_for_backward(self, *tensors):
+            self.saved_tensors = tensors
+
+    cu = torch.tensor([0, 20, 20, 70], dtype=torch.int32)
+    T, H, HV = 70, 1, 2
+    q, k, v = rnd(gen, 1, T, H, K), rnd(gen, 1, T, H, K), rnd(gen, 1, T, HV, V)
+    a, b = rnd(gen, 1, T, HV), rnd(gen, 1, T, HV)
+    A_log, dt_bias = torch.rand(HV, generator=gen).add(0.5).log(), torch.randn(HV, generator=gen)
+    h0 = rnd(gen, 3, HV, V, K)
+    do, dht = rnd(gen, 1, T, HV, V), rnd(gen, 3, HV, V, K)
+    args = (q, k, v, None, a, A_log, dt_bias, b, 0, 0.0, True, True, 0.5, True, cu, True, h0, True, torch.float64,
+            "chunk_gated_delta_rule")
+    ctx = Ctx()
+    out = _kernels.chunk_fwd(*args)
+    _kernels._chunk_fwd_setup_context(ctx, args, out)
+    grads = _kernels._chunk_fwd_backward(ctx, do, dht)
+    assert len(grads) == len(args)
+    ins = [leaf(x) for x in (q, k, v, a, b, A_log, dt_bias, h0)]
+    o, ht = libgdn.chunk_gated_delta_rule(ins[0], ins[1], ins[2], ins[3], ins[4], scale=0.5, initial_state=ins[7],
+                                          output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                          use_gate_in_kernel=True, A_log=ins[5], dt_bias=ins[6],
+                                          use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
+                                          state_v_first=True, cu_seqlens=cu)
+    assert torch.equal(o, out[0]) and torch.equal(ht, out[1])
+    torch.autograd.backward((o, ht), (do, dht))
+    for i, x in zip((0, 1, 2, 4, 7, 5, 6, 16), ins):  # q, k, v, a, b (beta), A_log, dt_bias, h0
+        assert torch.equal(grads[i], x.grad), f"input {i}"
+    assert all(g is None for i, g in enumerate(grads) if i in (3, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19))
 
 
 def test_bf16_grads_dtypes(gen):
