@@ -521,6 +521,13 @@ static int test_dtypes(void)
         check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2);
         check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16, 5e-3, 1e-2);
     }
+    bw_cfg c = base(1, 130, 1, 2, 710); /* extreme gates: g = -1e4 and 0 among the draws */
+    c.extreme = 1;
+    c.h0 = 1;
+    c.dht = 1;
+    c.l2norm = 1;
+    check_dtype(&c, GDN_DTYPE_F32, GDN_DTYPE_F32, 1e-5, 1e-5);
+    check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2);
     return TU_PASS;
 }
 
