@@ -18,6 +18,7 @@ _kernels.py (libgdn::chunk_fwd, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace,
 traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
 """
 
+import collections
 import warnings
 
 import torch
@@ -321,7 +322,7 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
         h0 = h0.to(state_dtype)
     cu = _index_tensor(cu_seqlens)
     g, a, A_log, dt_bias = gate
-    opts = _ChunkOptions(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
+    opts = _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
                          state_v_first, output_final_state, state_dtype)
     if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0) and \
             not _op_differentiates(opts, q):
@@ -338,16 +339,17 @@ def _op_differentiates(opts, q):
     return _custom_ops.AVAILABLE and not _recurrent_instead(opts.fn, q, opts.kind)
 
 
-class _ChunkOptions:
-    """The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated)."""
+# The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated); a named
+# tuple, which torch.compile traces.
+_ChunkOpts = collections.namedtuple("_ChunkOpts", "fn kind lower_bound beta_from_logits allow_neg_eigval scale "
+                                                  "use_qk_l2norm cu state_v_first output_final_state state_dtype")
 
-    def __init__(self, fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
-                 state_v_first, output_final_state, state_dtype):
-        self.fn, self.kind, self.lower_bound = fn, int(kind), float(lower_bound)
-        self.beta_from_logits, self.allow_neg_eigval = bool(beta_from_logits), bool(allow_neg_eigval)
-        self.scale = 0.0 if scale is None else float(scale)
-        self.use_qk_l2norm, self.cu, self.state_v_first = bool(use_qk_l2norm), cu, bool(state_v_first)
-        self.output_final_state, self.state_dtype = bool(output_final_state), state_dtype
+
+def _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first,
+                  output_final_state, state_dtype):
+    return _ChunkOpts(fn, int(kind), float(lower_bound), bool(beta_from_logits), bool(allow_neg_eigval),
+                      0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu, bool(state_v_first),
+                      bool(output_final_state), state_dtype)
 
 
 def _grad_needed(*tensors):
@@ -356,7 +358,7 @@ def _grad_needed(*tensors):
 
 def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
     """libgdn::chunk_fwd, or the recurrent op where the chunk kernel does not take the call
-    (_recurrent_instead): (o, final state, or None / an empty tensor without one)."""
+    (_recurrent_instead): (o, the final state or an empty tensor without one)."""
     if _recurrent_instead(o.fn, q, o.kind):
         # The recurrent op calls its state argument `state`; name the chunk function's argument.
         rows = o.cu.shape[0] - 1 if o.cu is not None else q.shape[0]
