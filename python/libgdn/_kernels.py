@@ -141,18 +141,18 @@ def _chunk_fwd_fake(x):
 def _chunk_fwd_setup_context(ctx, inputs, output):
     (q, k, v, g, a, A_log, dt_bias, beta, gate_kind, _, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
      cu_seqlens, state_v_first, initial_state, output_final_state, _, caller) = inputs
-    ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state)
-    ctx.opts = (gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens, state_v_first,
-                output_final_state, caller)
+    ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state, cu_seqlens)
+    ctx.opts = (gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, output_final_state,
+                caller)
 
 
 def _chunk_fwd_backward(ctx, do, dht):
     """libgdn::chunk_fwd's derivative (torch >= 2.4): gdn_chunk_bwd, None for the non-tensor inputs."""
-    gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first, final, caller = ctx.opts
+    gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, final, caller = ctx.opts
     if gate_kind != C.GDN_GATE_GDN:
         raise C.GDNUnsupportedError(f"{caller}: the backward takes GDN gates only (KDA: not yet)",
                                     C.GDN_ERR_UNSUPPORTED)
-    q, k, v, g, a, A_log, dt_bias, beta, h0 = ctx.saved_tensors
+    q, k, v, g, a, A_log, dt_bias, beta, h0, cu = ctx.saved_tensors
     dq, dk, dv, dg, da, dA_log, ddt_bias, dbeta, dh0 = chunk_grads(
         q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
         state_v_first, h0, do, dht if final else None, caller)
