@@ -145,7 +145,8 @@ def test_struct_layout_matches_header():
     if not os.path.exists(header) or cc is None:
         pytest.skip("needs the checkout's include/gdn.h and a C compiler")
     structs = {"gdn_tensor": _capi.Tensor, "gdn_gate_params": _capi.GateParams, "gdn_gating_args": _capi.GatingArgs,
-               "gdn_chunk_fwd_args": _capi.ChunkFwdArgs, "gdn_recurrent_fwd_args": _capi.RecurrentFwdArgs}
+               "gdn_chunk_fwd_args": _capi.ChunkFwdArgs, "gdn_recurrent_fwd_args": _capi.RecurrentFwdArgs,
+               "gdn_chunk_bwd_args": _capi.ChunkBwdArgs}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "gdn.h"', "int main(void) {"]
     expected = []
     for cname, cls in structs.items():
