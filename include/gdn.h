@@ -241,6 +241,67 @@ GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, 
 GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Chunked backward (training)                                                                 */
+
+/* Gradients of L = sum(d_o * o) + sum(dht * final_state) through the chunked forward with the
+ * same inputs. GDN gates only (a KDA gate gives GDN_ERR_UNSUPPORTED).
+ *
+ * Storage: the forward saves nothing; the backward recomputes what it needs from the inputs. It
+ * keeps a checkpoint of the state every 64 tokens of a sequence and recomputes the states inside
+ * each 64-token chunk from its checkpoint while walking the tokens in reverse.
+ *   CPU: the checkpoints are double: 8 * K * V / 64 bytes per token and value head of the
+ *   sequences in flight (one sequence and key-head group per thread at a time), plus per thread
+ *   the 65 states of one chunk (65 * 8 * K * V bytes) and the adjoint states of a group; all of it
+ *   in the caller's workspace (the op allocates nothing), sized by the query for the current
+ *   thread count (gdn_set_num_threads). The call runs on as many threads as the workspace covers,
+ *   one at least.
+ *   CUDA: no kernel yet (GDN_ERR_UNSUPPORTED, "backward: no CUDA kernel yet"); its recomputed
+ *   per-chunk states will come from the same workspace, so the call does not change.
+ *
+ * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
+ * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,
+ * dA_log and ddt_bias replace dg. GVA: dq and dk sum over the G value heads of a key head.
+ * dA_log and ddt_bias sum over all tokens and sequences. Every element of every output is written.
+ * The CPU backend is bitwise repeatable whatever the thread count. */
+typedef struct gdn_chunk_bwd_args {
+    /* The forward's inputs, as given to gdn_chunk_fwd (same rules). */
+    gdn_tensor q;            /* [B, T, H, K]  f32 / bf16 / f16 (f64 on the CPU: the float64 oracle) */
+    gdn_tensor k;            /* [B, T, H, K]  same dtype as q */
+    gdn_tensor v;            /* [B, T, HV, V] same dtype as q */
+    gdn_gate_params gate;    /* GDN: g, or raw a with A_log (and dt_bias); beta or its logits */
+    float scale;             /* 0 selects K^-0.5 */
+    int use_qk_l2norm;
+    gdn_tensor cu_seqlens;   /* [N + 1] int32; may be absent */
+    gdn_state_layout state_layout;
+    gdn_tensor initial_state; /* [N, HV, K, V] / [N, HV, V, K]; may be absent (zeros) */
+
+    /* Incoming gradients. */
+    gdn_tensor d_o;          /* [B, T, HV, V] same dtype as q: dL/do (`do` is a C keyword) */
+    gdn_tensor dht;          /* like initial_state: dL/d final_state; may be absent (zero) */
+    /* initial_state, dht and dh0 share one state dtype: f32 or bf16 (f64 in the oracle mode). */
+
+    /* Outputs; none may overlap an input or another output (address ranges from first to last element). */
+    gdn_tensor dq;           /* [B, T, H, K]  same dtype as q */
+    gdn_tensor dk;           /* [B, T, H, K]  same dtype as q */
+    gdn_tensor dv;           /* [B, T, HV, V] same dtype as q */
+    gdn_tensor dg;           /* [B, T, HV] f32 (f64 in the oracle mode); required with gate.g, else absent */
+    gdn_tensor da;           /* [B, T, HV] dtype of gate.a; required with gate.a, else absent */
+    gdn_tensor dA_log;       /* [HV] f32 (or f64 in the oracle mode); required with gate.a, else absent */
+    gdn_tensor ddt_bias;     /* [HV] f32 (or f64 in the oracle mode); required with gate.dt_bias, else absent */
+    gdn_tensor dbeta;        /* [B, T, HV] dtype of gate.beta: dL/d gate.beta (the logits with beta_from_logits) */
+    gdn_tensor dh0;          /* like initial_state; required with initial_state, else absent */
+
+    void *workspace;         /* gdn_chunk_bwd_workspace_size() bytes, 256-byte aligned; CPU too */
+    size_t workspace_bytes;
+    void *stream;            /* cudaStream_t for CUDA tensors */
+} gdn_chunk_bwd_args;
+
+/* Bytes of workspace for these arguments (validated as by the call itself; the workspace fields
+ * are ignored). With cu_seqlens on the host the CPU size follows the longest sequence. */
+GDN_API gdn_status gdn_chunk_bwd_workspace_size(const gdn_chunk_bwd_args *args, size_t *bytes);
+GDN_API gdn_status gdn_chunk_bwd(const gdn_chunk_bwd_args *args);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Recurrent forward (decode, multi-token verify), with an optional state pool                  */
 
 typedef struct gdn_recurrent_fwd_args {

@@ -224,7 +224,7 @@ static int overlaps(const extent *a, const extent *b)
 /* Every output must be disjoint from every input and from the other outputs, except the pairs
  * the caller allows as exact aliases (final state written over the initial state). */
 typedef struct alias_set {
-    extent in[16], out[4];
+    extent in[16], out[12];
     int n_in, n_out;
     const gdn_tensor *alias_in, *alias_out; /* an allowed exact alias pair, or NULL */
 } alias_set;
@@ -388,7 +388,8 @@ static gdn_status resolve_gate(device_ctx *dev, const gdn_gate_params *gp, gdn_p
     return GDN_OK;
 }
 
-/* q, k, v, o, scale, l2norm, cu_seqlens: the token tensors shared by both forward ops. */
+/* q, k, v, o, scale, l2norm, cu_seqlens: the token tensors shared by every op. o == NULL (the
+ * backward, which has no o) skips o. */
 static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn_tensor *k, const gdn_tensor *v,
                                  const gdn_tensor *o, float scale, int use_qk_l2norm, const gdn_tensor *cu_seqlens,
                                  gdn_problem *p, alias_set *aliases)
@@ -399,7 +400,7 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "k is required");
     if (!present(v))
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "v is required");
-    if (!present(o))
+    if (o && !present(o))
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "o (the output) is required");
 
     dev->f64_ok = q->device == GDN_DEVICE_CPU && q->dtype == GDN_DTYPE_F64;
@@ -413,7 +414,8 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
     TRY(check_tensor(dev, v, "v", 1u << q->dtype, 4, want_v));
     p->HV = v->shape[2];
     p->V = v->shape[3];
-    TRY(check_tensor(dev, o, "o", 1u << q->dtype, 4, v->shape));
+    if (o)
+        TRY(check_tensor(dev, o, "o", 1u << q->dtype, 4, v->shape));
 
     if (p->B < 1)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "q: batch size B = %lld must be >= 1", (long long)p->B);
@@ -468,11 +470,13 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
     p->q = view_of(q);
     p->k = view_of(k);
     p->v = view_of(v);
-    p->o = view_of(o);
     add_in(aliases, q, "q");
     add_in(aliases, k, "k");
     add_in(aliases, v, "v");
-    add_out(aliases, o, "o");
+    if (o) {
+        p->o = view_of(o);
+        add_out(aliases, o, "o");
+    }
     return GDN_OK;
 }
 
@@ -883,19 +887,23 @@ static gdn_status fwd_workspace_size(const fwd_op *op, const void *args, size_t 
 /* The one workspace check of every op (gdn.h): the backend's least workspace, 256-byte aligned (what
  * cudaMalloc returns, and more than any kernel's copies need); the query's (larger) size is only
  * for the message. */
-static gdn_status check_workspace(const fwd_op *op, const gdn_problem *p)
+static gdn_status check_workspace_bytes(const gdn_problem *p, size_t need, size_t query)
 {
-    const size_t need = fwd_workspace(op, p, 1);
     if (need == 0)
         return GDN_OK;
     if (!p->workspace || p->workspace_bytes < need)
         return gdn_set_error(GDN_ERR_WORKSPACE,
                              "workspace: %zu bytes given%s, at least %zu needed (the workspace query gives %zu)",
                              p->workspace ? p->workspace_bytes : (size_t)0, p->workspace ? "" : " (NULL)", need,
-                             fwd_workspace(op, p, 0));
+                             query);
     if ((uintptr_t)p->workspace % 256 != 0)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "workspace: pointer must be 256-byte aligned");
     return GDN_OK;
+}
+
+static gdn_status check_workspace(const fwd_op *op, const gdn_problem *p)
+{
+    return check_workspace_bytes(p, fwd_workspace(op, p, 1), fwd_workspace(op, p, 0));
 }
 
 static gdn_status fwd_run(const fwd_op *op, const void *args)
@@ -945,3 +953,144 @@ gdn_status gdn_recurrent_fwd_workspace_size(const gdn_recurrent_fwd_args *args, 
 }
 
 gdn_status gdn_recurrent_fwd(const gdn_recurrent_fwd_args *args) { return fwd_run(&recurrent_op, args); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Chunk backward                                                                              */
+
+/* A gradient output: present exactly when `needed` (`why` says why, in the message), then checked
+ * (dtypes, rank, shape) and added to the outputs of the aliasing check. */
+static gdn_status check_grad(device_ctx *dev, const gdn_tensor *t, const char *name, int needed, const char *why,
+                             unsigned dtypes, int rank, const int64_t *want, alias_set *aliases)
+{
+    if (present(t) != needed)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, needed ? "%s is required (%s)" : "%s must be absent (%s)", name,
+                             why);
+    if (!needed)
+        return GDN_OK;
+    TRY(check_tensor(dev, t, name, dtypes, rank, want));
+    add_out(aliases, t, name);
+    return GDN_OK;
+}
+
+static gdn_status resolve_chunk_bwd(const gdn_chunk_bwd_args *args, gdn_bwd_problem *bp, device_ctx *dev)
+{
+    if (!args)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "args is NULL");
+    memset(bp, 0, sizeof *bp);
+    gdn_problem *p = &bp->fwd;
+    alias_set aliases;
+    memset(&aliases, 0, sizeof aliases);
+    TRY(resolve_tokens(dev, &args->q, &args->k, &args->v, NULL, args->scale, args->use_qk_l2norm, &args->cu_seqlens,
+                       p, &aliases));
+    TRY(resolve_gate(dev, &args->gate, p, &aliases));
+    if (p->gate_kind != GDN_GATE_GDN)
+        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gate.kind: the backward takes GDN gates only (KDA: not yet)");
+    TRY(check_layout(args->state_layout));
+    p->state_layout = args->state_layout;
+
+    const unsigned q_dt = 1u << args->q.dtype;
+    int64_t want_v[4] = {p->B, p->T, p->HV, p->V};
+    if (!present(&args->d_o))
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "d_o (the gradient of o) is required");
+    TRY(check_tensor(dev, &args->d_o, "d_o", q_dt, 4, want_v));
+    add_in(&aliases, &args->d_o, "d_o");
+
+    gdn_dtype state_dtype = STATE_DTYPE_UNSET;
+    if (present(&args->initial_state))
+        TRY(check_state(dev, &args->initial_state, "initial_state", p, p->N, &state_dtype));
+    if (present(&args->dht))
+        TRY(check_state(dev, &args->dht, "dht", p, p->N, &state_dtype));
+    add_in(&aliases, &args->initial_state, "initial_state");
+    add_in(&aliases, &args->dht, "dht");
+
+    const gdn_gate_params *gp = &args->gate;
+    const int raw = present(&gp->a);
+    int64_t want_q[4] = {p->B, p->T, p->H, p->K};
+    int64_t want_g[3] = {p->B, p->T, p->HV};
+    int64_t want_hv[1] = {p->HV};
+    TRY(check_grad(dev, &args->dq, "dq", 1, "the gradient of q", q_dt, 4, want_q, &aliases));
+    TRY(check_grad(dev, &args->dk, "dk", 1, "the gradient of k", q_dt, 4, want_q, &aliases));
+    TRY(check_grad(dev, &args->dv, "dv", 1, "the gradient of v", q_dt, 4, want_v, &aliases));
+    TRY(check_grad(dev, &args->dg, "dg", !raw, raw ? "the gate is raw gate.a: da replaces dg" : "gate.g is given",
+                   DT_F32 | DT_F64, 3, want_g, &aliases));
+    TRY(check_grad(dev, &args->da, "da", raw,
+                   raw ? "gate.a is given" : "the gate is precomputed gate.g: dg replaces da", 1u << gp->a.dtype, 3,
+                   want_g, &aliases));
+    TRY(check_grad(dev, &args->dA_log, "dA_log", raw, raw ? "gate.a is given" : "gate.A_log is absent",
+                   DT_F32 | DT_F64, 1, want_hv, &aliases));
+    TRY(check_grad(dev, &args->ddt_bias, "ddt_bias", present(&gp->dt_bias),
+                   present(&gp->dt_bias) ? "gate.dt_bias is given" : "gate.dt_bias is absent", DT_F32 | DT_F64, 1,
+                   want_hv, &aliases));
+    TRY(check_grad(dev, &args->dbeta, "dbeta", 1, "the gradient of gate.beta", 1u << gp->beta.dtype, 3, want_g,
+                   &aliases));
+    const int has_h0 = present(&args->initial_state);
+    if (present(&args->dh0) != has_h0)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, has_h0 ? "dh0 is required (initial_state is given)"
+                                                              : "dh0 must be absent (initial_state is absent)");
+    if (has_h0) {
+        TRY(check_state(dev, &args->dh0, "dh0", p, p->N, &state_dtype));
+        add_out(&aliases, &args->dh0, "dh0");
+    }
+    TRY(check_aliasing(&aliases));
+
+    p->state_dtype = state_dtype == STATE_DTYPE_UNSET ? GDN_DTYPE_F32 : state_dtype;
+    p->state_in = state_view(&args->initial_state, p->state_layout);
+    p->num_slots = p->N;
+    bp->d_o = view_of(&args->d_o);
+    bp->dht = state_view(&args->dht, p->state_layout);
+    bp->dq = view_of(&args->dq);
+    bp->dk = view_of(&args->dk);
+    bp->dv = view_of(&args->dv);
+    bp->dg = view_of(&args->dg);
+    bp->da = view_of(&args->da);
+    bp->dA_log = view_of(&args->dA_log);
+    bp->ddt_bias = view_of(&args->ddt_bias);
+    bp->dbeta = view_of(&args->dbeta);
+    bp->dh0 = state_view(&args->dh0, p->state_layout);
+    bp->max_len = p->T;
+    if (p->cu_seqlens && args->cu_seqlens.device == GDN_DEVICE_CPU) {
+        bp->max_len = 0;
+        for (int64_t n = 0; n < p->N; n++) {
+            int64_t len = (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n];
+            bp->max_len = len > bp->max_len ? len : bp->max_len;
+        }
+    }
+
+    p->device = dev->type;
+    p->device_ordinal = dev->ordinal;
+    p->stream = args->stream;
+    p->workspace = args->workspace;
+    p->workspace_bytes = args->workspace_bytes;
+    return GDN_OK;
+}
+
+/* least: the size the call accepts (CPU: one thread's share), else the query's answer. */
+static size_t bwd_workspace(const gdn_bwd_problem *bp, int least)
+{
+    if (bp->fwd.device == GDN_DEVICE_CUDA)
+        return gdn_cuda_chunk_bwd_workspace_size(bp);
+    return gdn_cpu_chunk_bwd_workspace_size(bp, least ? 1 : 0);
+}
+
+gdn_status gdn_chunk_bwd_workspace_size(const gdn_chunk_bwd_args *args, size_t *bytes)
+{
+    clear_error();
+    if (!bytes)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    gdn_bwd_problem bp;
+    device_ctx dev = {0};
+    TRY(resolve_chunk_bwd(args, &bp, &dev));
+    *bytes = bwd_workspace(&bp, 0);
+    return GDN_OK;
+}
+
+gdn_status gdn_chunk_bwd(const gdn_chunk_bwd_args *args)
+{
+    clear_error();
+    gdn_bwd_problem bp;
+    device_ctx dev = {0};
+    TRY(resolve_chunk_bwd(args, &bp, &dev));
+    TRY(check_backend(&dev));
+    TRY(check_workspace_bytes(&bp.fwd, bwd_workspace(&bp, 1), bwd_workspace(&bp, 0)));
+    return bp.fwd.device == GDN_DEVICE_CUDA ? gdn_cuda_chunk_bwd(&bp) : gdn_cpu_chunk_bwd(&bp);
+}

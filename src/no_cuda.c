@@ -58,3 +58,15 @@ gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     (void)p;
     return no_backend();
 }
+
+size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p)
+{
+    (void)p;
+    return 0;
+}
+
+gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p)
+{
+    (void)p;
+    return no_backend();
+}

@@ -84,6 +84,23 @@ typedef struct gdn_problem {
     size_t workspace_bytes;
 } gdn_problem;
 
+/* Chunk backward: the forward's problem (o and final_state absent, state_in = initial_state)
+ * plus the gradients. Token views use the forward's dimension order; states s = {n, hv, k, v}. */
+typedef struct gdn_bwd_problem {
+    gdn_problem fwd;
+    gdn_view d_o;               /* s = {b, t, hv, d}; dtype of q */
+    gdn_view dht;               /* state; may be absent */
+    gdn_view dq, dk;            /* s = {b, t, h, d}; dtype of q */
+    gdn_view dv;                /* s = {b, t, hv, d}; dtype of q */
+    gdn_view dg;                /* s = {b, t, hv}; present iff fwd.g is */
+    gdn_view da;                /* s = {b, t, hv}; present iff fwd.a is */
+    gdn_view dA_log;            /* s = {hv}; present iff fwd.a is */
+    gdn_view ddt_bias;          /* s = {hv}; present iff fwd.dt_bias is */
+    gdn_view dbeta;             /* s = {b, t, hv}; dtype of beta */
+    gdn_view dh0;               /* state; present iff fwd.state_in is */
+    int64_t max_len;            /* longest sequence (T without cu_seqlens; T for device cu_seqlens) */
+} gdn_bwd_problem;
+
 /* Gating op. */
 typedef struct gdn_gating_problem {
     gdn_device_type device;
@@ -119,6 +136,9 @@ gdn_status gdn_cpu_chunk_fwd_check(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p);
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
+/* threads: the thread count the size is for; 0 the count the call would use (the query's answer). */
+size_t gdn_cpu_chunk_bwd_workspace_size(const gdn_bwd_problem *p, int threads);
+gdn_status gdn_cpu_chunk_bwd(const gdn_bwd_problem *p);
 
 /* CUDA backend (src/cuda/; src/no_cuda.c when it is not built, whose entries are never reached:
  * the API refuses CUDA tensors first). Each entry that runs work makes p->device_ordinal the
@@ -131,6 +151,8 @@ size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the 
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
 size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
+size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p);
+gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p); /* GDN_ERR_UNSUPPORTED: no kernel yet */
 
 #ifdef __cplusplus
 }

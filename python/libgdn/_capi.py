@@ -138,6 +138,26 @@ class RecurrentFwdArgs(ctypes.Structure):
     ] + FWD_OUTPUT_FIELDS
 
 
+class ChunkBwdArgs(ctypes.Structure):
+    _fields_ = FWD_INPUT_FIELDS + [
+        ("initial_state", Tensor),
+        ("d_o", Tensor),
+        ("dht", Tensor),
+        ("dq", Tensor),
+        ("dk", Tensor),
+        ("dv", Tensor),
+        ("dg", Tensor),
+        ("da", Tensor),
+        ("dA_log", Tensor),
+        ("ddt_bias", Tensor),
+        ("dbeta", Tensor),
+        ("dh0", Tensor),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # ------------------------------------------------------------------------------------------------
 # Errors
 
@@ -216,6 +236,10 @@ def _declare(lib):
     lib.gdn_recurrent_fwd_workspace_size.argtypes = [P(RecurrentFwdArgs), P(ctypes.c_size_t)]
     lib.gdn_recurrent_fwd.restype = ctypes.c_int
     lib.gdn_recurrent_fwd.argtypes = [P(RecurrentFwdArgs)]
+    lib.gdn_chunk_bwd_workspace_size.restype = ctypes.c_int
+    lib.gdn_chunk_bwd_workspace_size.argtypes = [P(ChunkBwdArgs), P(ctypes.c_size_t)]
+    lib.gdn_chunk_bwd.restype = ctypes.c_int
+    lib.gdn_chunk_bwd.argtypes = [P(ChunkBwdArgs)]
 
 
 def lib():

@@ -18,12 +18,14 @@ def fake_of(op):
     return _fakes[id(op)]
 
 
-def custom_op(name, *, mutates_args, fake):
+def custom_op(name, *, mutates_args, fake, autograd=None):
     """Decorator: the function as the custom op `name` (mutates_args as torch.library.custom_op
     takes them), with fake(arguments) giving its outputs' shapes and dtypes from the arguments by
-    name (a dict) for tracing. Without custom ops in this torch, the function itself. Either way
-    fake_of(result) gives the fake implementation (the tests compare it with real outputs on
-    every torch)."""
+    name (a dict) for tracing, and autograd = (setup_context, backward) registered as the op's
+    derivative (torch.library's register_autograd signatures). Without custom ops in this torch,
+    the function itself (ops.py differentiates it through a torch.autograd.Function on every
+    torch). Either way fake_of(result) gives the fake implementation (the tests compare it with
+    real outputs on every torch)."""
     def wrap(fn):
         signature = inspect.signature(fn)
 
@@ -36,6 +38,8 @@ def custom_op(name, *, mutates_args, fake):
         if AVAILABLE:
             op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
             op.register_fake(fake_impl)
+            if autograd is not None:
+                op.register_autograd(autograd[1], setup_context=autograd[0])
         _fakes[id(op)] = fake_impl
         return op
     return wrap

@@ -1,7 +1,8 @@
-"""libgdn's C entry points as torch custom ops: libgdn::chunk_fwd (gdn_chunk_fwd),
-libgdn::recurrent_fwd and libgdn::recurrent_fwd_inplace (gdn_recurrent_fwd, the latter writing
-the states or the state pool it is given) and libgdn::gating (gdn_gating), each with a fake
-implementation giving its outputs' shapes and dtypes, so that torch.compile traces them without
+"""libgdn's C entry points as torch custom ops: libgdn::chunk_fwd (gdn_chunk_fwd, with
+libgdn::chunk_bwd, gdn_chunk_bwd, registered as its derivative), libgdn::recurrent_fwd and
+libgdn::recurrent_fwd_inplace (gdn_recurrent_fwd, the latter writing the states or the state pool
+it is given) and libgdn::gating (gdn_gating), each with a fake implementation giving its outputs'
+shapes and dtypes, so that torch.compile traces them without
 graph breaks (torch >= 2.4; on older torch they are the plain functions, see _custom_ops.py).
 
 The ops take resolved arguments (gate tensors, flags, scale as numbers, state dtypes) and run on
@@ -137,7 +138,30 @@ def _chunk_fwd_fake(x):
     return o, q.new_empty(shape, dtype=x["final_state_dtype"])
 
 
-@custom_op("libgdn::chunk_fwd", mutates_args=(), fake=_chunk_fwd_fake)
+def _chunk_fwd_setup_context(ctx, inputs, output):
+    (q, k, v, g, a, A_log, dt_bias, beta, gate_kind, _, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
+     cu_seqlens, state_v_first, initial_state, output_final_state, _, caller) = inputs
+    ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state, cu_seqlens)
+    ctx.opts = (gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, output_final_state,
+                caller)
+
+
+def _chunk_fwd_backward(ctx, do, dht):
+    """libgdn::chunk_fwd's derivative (torch >= 2.4): gdn_chunk_bwd, None for the non-tensor inputs."""
+    gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, final, caller = ctx.opts
+    if gate_kind != C.GDN_GATE_GDN:
+        raise C.GDNUnsupportedError(f"{caller}: the backward takes GDN gates only (KDA: not yet)",
+                                    C.GDN_ERR_UNSUPPORTED)
+    q, k, v, g, a, A_log, dt_bias, beta, h0, cu = ctx.saved_tensors
+    dq, dk, dv, dg, da, dA_log, ddt_bias, dbeta, dh0 = chunk_grads(
+        q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
+        state_v_first, h0, do, dht if final else None, caller)
+    return (dq, dk, dv, dg, da, dA_log, ddt_bias, dbeta, None, None, None, None, None, None, None, None, dh0, None,
+            None, None)
+
+
+@custom_op("libgdn::chunk_fwd", mutates_args=(), fake=_chunk_fwd_fake,
+           autograd=(_chunk_fwd_setup_context, _chunk_fwd_backward))
 def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
               dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int, lower_bound: float, beta_from_logits: bool,
               allow_neg_eigval: bool, scale: float, use_qk_l2norm: bool, cu_seqlens: Optional[Tensor],
@@ -243,6 +267,77 @@ def recurrent_fwd_inplace(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], 
                       state_v_first, initial_state, ssm_state_indices, num_accepted_tokens, null_slot_zero,
                       True, 0, torch.float32, caller)
     return o
+
+
+def _chunk_bwd_fake(x):
+    q, k, v, beta = x["q"], x["k"], x["v"], x["beta"]
+    g, a, dt_bias, h0 = x["g"], x["a"], x["dt_bias"], x["initial_state"]
+    gate = g.new_empty(g.shape) if g is not None else a.new_empty(a.shape)
+    A_log = x["A_log"]
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), gate,
+            A_log.new_empty(A_log.shape) if a is not None else _no_states(q),
+            dt_bias.new_empty(dt_bias.shape) if dt_bias is not None else _no_states(q),
+            beta.new_empty(beta.shape), h0.new_empty(h0.shape) if h0 is not None else _no_states(q))
+
+
+@custom_op("libgdn::chunk_bwd", mutates_args=(), fake=_chunk_bwd_fake)
+def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
+              dt_bias: Optional[Tensor], beta: Tensor, beta_from_logits: bool, allow_neg_eigval: bool, scale: float,
+              use_qk_l2norm: bool, cu_seqlens: Optional[Tensor], state_v_first: bool,
+              initial_state: Optional[Tensor], d_o: Tensor, dht: Optional[Tensor],
+              caller: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """gdn_chunk_bwd (GDN gates): (dq, dk, dv, dg or da, dA_log, ddt_bias, dbeta, dh0), an empty
+    tensor for each gradient whose input is absent. The workspace (needed on the CPU too) comes
+    from torch."""
+    dev = q.device
+    cu = _as_int32(cu_seqlens)
+    dq, dk, dv = _empty(q.shape, q.dtype, dev), _empty(k.shape, k.dtype, dev), _empty(v.shape, v.dtype, dev)
+    dg = _empty(g.shape, g.dtype, dev) if g is not None else None
+    da = _empty(a.shape, a.dtype, dev) if a is not None else None
+    dA_log = _empty(A_log.shape, A_log.dtype, dev) if a is not None else None
+    ddt_bias = _empty(dt_bias.shape, dt_bias.dtype, dev) if dt_bias is not None else None
+    dbeta = _empty(beta.shape, beta.dtype, dev)
+    dh0 = _empty(initial_state.shape, initial_state.dtype, dev) if initial_state is not None else None
+    args = _fwd_args(C.ChunkBwdArgs, q, k, v, g, a, A_log, dt_bias, beta, C.GDN_GATE_GDN, 0.0, 0.0, 0.0,
+                     beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first)
+    args.initial_state = C.describe(initial_state, "initial_state")
+    args.d_o = C.describe(d_o, "do")
+    args.dht = C.describe(dht, "dht")
+    for name, t in (("dq", dq), ("dk", dk), ("dv", dv), ("dg", dg), ("da", da), ("dA_log", dA_log),
+                    ("ddt_bias", ddt_bias), ("dbeta", dbeta), ("dh0", dh0)):
+        setattr(args, name, C.describe(t, name))
+    args.stream = C.stream_of(q)
+    L = C.lib()
+    kept = _index_args(caller, L.gdn_chunk_bwd_workspace_size, args, dev, {"cu_seqlens": cu})
+    nbytes = ctypes.c_size_t(0)
+    C.check(L.gdn_chunk_bwd_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)), caller)
+    buf, args.workspace = C.workspace(nbytes.value, dev)
+    args.workspace_bytes = nbytes.value
+    status = L.gdn_chunk_bwd(ctypes.byref(args))
+    del buf, kept
+    C.check(status, caller)
+    none = _no_states(q)
+    return (dq, dk, dv, dg if dg is not None else da, dA_log if dA_log is not None else none,
+            ddt_bias if ddt_bias is not None else none, dbeta, dh0 if dh0 is not None else none)
+
+
+def chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
+                cu_seqlens, state_v_first, initial_state, do, dht, caller):
+    """The gradients of the chunked forward's tensor inputs (q, k, v, g, a, A_log, dt_bias, beta,
+    initial_state; None for the absent ones) from those of its outputs: do (None: zero) and dht
+    (None: zero; converted to the initial state's dtype, which the C API shares between them)."""
+    if do is None:
+        do = torch.zeros_like(v)
+    elif do.dtype != v.dtype:
+        do = do.to(v.dtype)
+    if dht is not None and initial_state is not None and dht.dtype != initial_state.dtype:
+        dht = dht.to(initial_state.dtype)
+    dq, dk, dv, dgate, dA_log, ddt_bias, dbeta, dh0 = chunk_bwd(
+        q, k, v, g, a, A_log, dt_bias, beta, bool(beta_from_logits), bool(allow_neg_eigval), float(scale),
+        bool(use_qk_l2norm), cu_seqlens, bool(state_v_first), initial_state, do, dht, caller)
+    return (dq, dk, dv, dgate if g is not None else None, dgate if a is not None else None,
+            dA_log if a is not None else None, ddt_bias if dt_bias is not None else None, dbeta,
+            dh0 if initial_state is not None else None)
 
 
 def _as_bth(t):

@@ -4,8 +4,9 @@ fused_recurrent_gated_delta_rule (decode, with vLLM's state-pool arguments) and 
 Every function takes torch tensors on the CPU (CPU backend) or on a CUDA device (CUDA backend, run on
 torch's current stream), passes strides through, allocates outputs and workspace with torch (so it
 works under CUDA graph capture and the caching allocator), never synchronises, and never reads
-device data on the host (see _kernels._index_args for host-resident index tensors). Forward only: no
-gradients flow through the outputs.
+device data on the host (see _kernels._index_args for host-resident index tensors).
+chunk_gated_delta_rule is differentiable (gdn_chunk_bwd; CPU tensors only, CUDA tensors raise
+GDNUnsupportedError in the backward); the other functions are forward only.
 Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's message; valid
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
 
@@ -13,16 +14,18 @@ Keyword arguments: as FLA, unknown ones are accepted and ignored (one warning pe
 per process); options that would change the result and that libgdn does not implement raise.
 
 The functions resolve their arguments here (plain torch, traceable) and call the custom ops of
-_kernels.py (libgdn::chunk_fwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
+_kernels.py (libgdn::chunk_fwd, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
 traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
 """
 
+import collections
 import warnings
 
 import torch
 
 from . import _capi as C
-from ._kernels import chunk_fwd, gating, recurrent_fwd, recurrent_fwd_inplace
+from . import _custom_ops
+from ._kernels import chunk_fwd, chunk_grads, gating, recurrent_fwd, recurrent_fwd_inplace
 
 # ------------------------------------------------------------------------------------------------
 # Keyword arguments
@@ -109,9 +112,10 @@ def _check_beta(fn, beta):
 
 
 def _forward_only(fn, *tensors):
-    """Warn when autograd would expect gradients: libgdn computes the forward pass only."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        warnings.warn(f"{fn}: libgdn is forward-only; no gradients flow through its outputs "
+    """Warn when autograd would expect gradients from a function without a backward (all but
+    chunk_gated_delta_rule)."""
+    if _grad_needed(*tensors):
+        warnings.warn(f"{fn} is forward-only in libgdn; no gradients flow through its outputs "
                       f"(run under torch.no_grad() / torch.inference_mode() to silence this)", stacklevel=3)
 
 
@@ -186,7 +190,9 @@ def chunk_gated_delta_rule(
 ):
     r"""
     Gated delta rule, chunked form (prefill). Same signature and results as FLA's
-    `fla.ops.gated_delta_rule.chunk_gated_delta_rule` (forward only). Any strides. On CUDA,
+    `fla.ops.gated_delta_rule.chunk_gated_delta_rule`, differentiable on CPU tensors (gradients to
+    q, k, v, g, beta, initial_state, and A_log / dt_bias with use_gate_in_kernel; on CUDA tensors
+    the backward raises GDNUnsupportedError: no CUDA kernel yet). Any strides. On CUDA,
     float32 inputs and head dim K = 256, which the chunk kernel does not take, run on the recurrent
     kernel (same results; one warning per process).
 
@@ -268,7 +274,6 @@ def chunk_gated_delta_rule(
     _options(fn, kwargs, cp_context=cp_context)
     _check_qkv(fn, q, k, v)
     _check_beta(fn, beta)
-    _forward_only(fn, q, k, v, g, beta, initial_state, A_log, dt_bias)
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
 
@@ -316,21 +321,82 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     elif h0 is not None and h0.dtype not in (torch.float32, torch.bfloat16, state_dtype):
         h0 = h0.to(state_dtype)
     cu = _index_tensor(cu_seqlens)
-    if _recurrent_instead(fn, q, kind):
-        # The recurrent op calls its state argument `state`; name the chunk function's argument.
-        rows = cu.shape[0] - 1 if cu is not None else q.shape[0]
-        if h0 is not None and h0.dim() >= 1 and h0.shape[0] != rows:
-            raise C.GDNInvalidArgumentError(f"{fn}: initial_state: shape[0] = {h0.shape[0]}, expected {rows}",
-                                            C.GDN_ERR_INVALID_ARGUMENT)
-        o, final = _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, 0.0, 0.0, beta, beta_from_logits,
-                                       allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first, h0, None, None,
-                                       False, False, 1 if output_final_state else 0, state_dtype)
-        return o, final
     g, a, A_log, dt_bias = gate
-    o, final = chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, int(kind), float(lower_bound), bool(beta_from_logits),
-                         bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu,
-                         bool(state_v_first), h0, bool(output_final_state), state_dtype, fn)
+    opts = _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
+                         state_v_first, output_final_state, state_dtype)
+    if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0) and \
+            not _op_differentiates(opts, q):
+        o, final = _ChunkFunction.apply(q, k, v, g, a, A_log, dt_bias, beta, h0, opts)
+    else:
+        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
     return o, (final if output_final_state else None)
+
+
+def _op_differentiates(opts, q):
+    """Whether the call runs on libgdn::chunk_fwd as a torch custom op (torch >= 2.4), which has
+    gdn_chunk_bwd registered as its derivative (traced by torch.compile like the forward). Elsewhere
+    (older torch, or a CUDA call sent to the recurrent kernel) _ChunkFunction differentiates."""
+    return _custom_ops.AVAILABLE and not _recurrent_instead(opts.fn, q, opts.kind)
+
+
+# The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated); a named
+# tuple, which torch.compile traces.
+_ChunkOpts = collections.namedtuple("_ChunkOpts", "fn kind lower_bound beta_from_logits allow_neg_eigval scale "
+                                                  "use_qk_l2norm cu state_v_first output_final_state state_dtype")
+
+
+def _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu, state_v_first,
+                  output_final_state, state_dtype):
+    return _ChunkOpts(fn, int(kind), float(lower_bound), bool(beta_from_logits), bool(allow_neg_eigval),
+                      0.0 if scale is None else float(scale), bool(use_qk_l2norm), cu, bool(state_v_first),
+                      bool(output_final_state), state_dtype)
+
+
+def _grad_needed(*tensors):
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
+    """libgdn::chunk_fwd, or the recurrent op where the chunk kernel does not take the call
+    (_recurrent_instead): (o, the final state or an empty tensor without one)."""
+    if _recurrent_instead(o.fn, q, o.kind):
+        # The recurrent op calls its state argument `state`; name the chunk function's argument.
+        rows = o.cu.shape[0] - 1 if o.cu is not None else q.shape[0]
+        if h0 is not None and h0.dim() >= 1 and h0.shape[0] != rows:
+            raise C.GDNInvalidArgumentError(f"{o.fn}: initial_state: shape[0] = {h0.shape[0]}, expected {rows}",
+                                            C.GDN_ERR_INVALID_ARGUMENT)
+        out, final = _recurrent_dispatch(o.fn, q, k, v, o.kind, (g, a, A_log, dt_bias), o.lower_bound, 0.0, 0.0,
+                                         beta, o.beta_from_logits, o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu,
+                                         o.state_v_first, h0, None, None, False, False,
+                                         1 if o.output_final_state else 0, o.state_dtype)
+        return out, (final if final is not None else torch.empty(0, dtype=torch.float32, device=q.device))
+    return chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, o.kind, o.lower_bound, o.beta_from_logits,
+                     o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu, o.state_v_first, h0, o.output_final_state,
+                     o.state_dtype, o.fn)
+
+
+class _ChunkFunction(torch.autograd.Function):
+    """The chunked forward with its backward (gdn_chunk_bwd) where the op does not carry it
+    (_op_differentiates): the forward saves its inputs only, the backward recomputes the rest. On
+    CUDA the backward raises the library's unsupported error."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):
+        ctx.opts = opts
+        ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, h0)
+        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
+        if not opts.output_final_state:
+            ctx.mark_non_differentiable(final)
+        return o, final
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        o = ctx.opts
+        q, k, v, g, a, A_log, dt_bias, beta, h0 = ctx.saved_tensors
+        grads = chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, o.beta_from_logits, o.allow_neg_eigval, o.scale,
+                            o.use_qk_l2norm, o.cu, o.state_v_first, h0, do, dht if o.output_final_state else None,
+                            o.fn)
+        return grads + (None,)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ def test_struct_layout_matches_header():
     if not os.path.exists(header) or cc is None:
         pytest.skip("needs the checkout's include/gdn.h and a C compiler")
     structs = {"gdn_tensor": _capi.Tensor, "gdn_gate_params": _capi.GateParams, "gdn_gating_args": _capi.GatingArgs,
-               "gdn_chunk_fwd_args": _capi.ChunkFwdArgs, "gdn_recurrent_fwd_args": _capi.RecurrentFwdArgs}
+               "gdn_chunk_fwd_args": _capi.ChunkFwdArgs, "gdn_recurrent_fwd_args": _capi.RecurrentFwdArgs,
+               "gdn_chunk_bwd_args": _capi.ChunkBwdArgs}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "gdn.h"', "int main(void) {"]
     expected = []
     for cname, cls in structs.items():
@@ -168,12 +169,14 @@ def test_struct_layout_matches_header():
 
 
 def test_forward_only_warning():
+    """The recurrent function has no backward: it warns when autograd would expect one (the chunked
+    function differentiates, test_backward.py)."""
     q, k, v, g, beta = inputs("cpu")
     q.requires_grad_(True)
     with pytest.warns(UserWarning, match="forward-only"):
-        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+        libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
     with torch.no_grad():
-        libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+        libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
 
 
 def test_chunk_unsupported_is_not_rerun(monkeypatch, c_calls):

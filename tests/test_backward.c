@@ -1,0 +1,746 @@
+/*
+ * test_backward.c - gdn_chunk_bwd on the CPU: the float64 oracle against central finite
+ * differences of L = sum(d_o * o) + sum(dht * final_state) computed by the f64 forward, along
+ * random directions of every input (and element by element for A_log / dt_bias), for each option:
+ * l2 norm, in-kernel gate (with and without dt_bias, softplus options), beta logits, allow_neg_eigval, GVA, varlen
+ * with an empty sequence, initial state in both layouts, dht present and absent, extreme gates
+ * (g = -1e4 and 0), T from 1 to 70 (chunk boundaries crossed). Then f32 and bf16 inputs (f32 and
+ * bf16 states) against the oracle on the same rounded values, bitwise repeatability across thread
+ * counts, strided q / k / v and gradients, and the validation rules (bad
+ * shapes, aliasing, missing outputs and workspace: clear errors, outputs untouched).
+ *   build/tests/test_backward [name-substring ...]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+typedef struct bw_cfg {
+    int64_t B, T, H, HV, K, V;
+    int nseq;              /* > 0: varlen (B = 1, T = sum of seqlens) */
+    int32_t seqlens[8];
+    int raw;               /* in-kernel gate: a, A_log (and dt_bias) */
+    int dt_bias;           /* with raw */
+    int logits, neg_eig;   /* beta_from_logits, allow_neg_eigval */
+    int l2norm, h0, dht;
+    gdn_state_layout layout;
+    int extreme;           /* g cycles through -1e4, 0 and draws */
+    float softplus_beta, softplus_threshold; /* raw gates; 0: defaults */
+    uint64_t seed;
+} bw_cfg;
+
+/* A problem's inputs in double (already rounded to the dtype under test), its gradients' buffers. */
+typedef struct bw_case {
+    bw_cfg c;
+    int64_t N, nqk, nv, ng, ns;  /* sequences; elements of q, v, g, one state tensor */
+    int32_t cu[9];
+    double *q, *k, *v, *gate, *beta, *h0, *d_o, *dht; /* gate: g or a */
+    float A_log[8], dt_bias[8];
+} bw_case;
+
+static double *randn(tu_rng *r, int64_t n, double std)
+{
+    double *x = tu_alloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = std * tu_rng_normal(r);
+    return x;
+}
+
+static void case_init(bw_case *cs, const bw_cfg *cfg)
+{
+    memset(cs, 0, sizeof *cs);
+    cs->c = *cfg;
+    bw_cfg *c = &cs->c;
+    tu_rng r = tu_rng_make(c->seed);
+    cs->N = c->B;
+    if (c->nseq > 0) {
+        c->B = 1;
+        c->T = 0;
+        cs->cu[0] = 0;
+        for (int n = 0; n < c->nseq; n++) {
+            c->T += c->seqlens[n];
+            cs->cu[n + 1] = (int32_t)c->T;
+        }
+        cs->N = c->nseq;
+    }
+    cs->nqk = c->B * c->T * c->H * c->K;
+    cs->nv = c->B * c->T * c->HV * c->V;
+    cs->ng = c->B * c->T * c->HV;
+    cs->ns = cs->N * c->HV * c->K * c->V;
+    cs->q = randn(&r, cs->nqk, 1.0);
+    cs->k = randn(&r, cs->nqk, 1.0);
+    if (!c->l2norm) /* keep the recurrence stable: unit keys */
+        for (int64_t t = 0; t < cs->nqk / c->K; t++) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < c->K; i++)
+                ss += cs->k[t * c->K + i] * cs->k[t * c->K + i];
+            for (int64_t i = 0; i < c->K; i++)
+                cs->k[t * c->K + i] /= sqrt(ss);
+        }
+    cs->v = randn(&r, cs->nv, 1.0);
+    cs->d_o = randn(&r, cs->nv, 1.0);
+    cs->gate = tu_alloc((size_t)cs->ng * sizeof(double));
+    cs->beta = tu_alloc((size_t)cs->ng * sizeof(double));
+    for (int64_t i = 0; i < cs->ng; i++) {
+        double x = tu_rng_normal(&r);
+        if (c->raw)
+            cs->gate[i] = x; /* raw a */
+        else if (c->extreme)
+            cs->gate[i] = i % 3 == 0 ? -1e4 : i % 3 == 1 ? 0.0 : -log1p(exp(-(x + 2.0)));
+        else
+            cs->gate[i] = -log1p(exp(-(x + 2.0))); /* logsigmoid(x + 2) */
+        cs->beta[i] = c->logits ? 2.0 * tu_rng_normal(&r) : tu_rng_uniform(&r);
+    }
+    for (int64_t j = 0; j < c->HV; j++) {
+        cs->A_log[j] = (float)log(0.5 + 2.0 * tu_rng_uniform(&r));
+        cs->dt_bias[j] = (float)tu_rng_normal(&r);
+    }
+    if (c->h0)
+        cs->h0 = randn(&r, cs->ns, 0.5);
+    if (c->dht)
+        cs->dht = randn(&r, cs->ns, 1.0);
+}
+
+static void case_free(bw_case *cs)
+{
+    free(cs->q); free(cs->k); free(cs->v); free(cs->gate); free(cs->beta);
+    free(cs->h0); free(cs->d_o); free(cs->dht);
+}
+
+/* A tensor of `src` converted to dtype (a new buffer; NULL src gives an absent tensor). */
+static gdn_tensor make(const double *src, gdn_dtype dt, int rank, const int64_t *shape, int64_t n)
+{
+    if (!src) {
+        gdn_tensor t;
+        memset(&t, 0, sizeof t);
+        return t;
+    }
+    void *d = tu_alloc_elems(dt, (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        tu_set(d, dt, (size_t)i, src[i]);
+    return tu_tensor(d, dt, rank, shape);
+}
+
+static gdn_tensor out_like(gdn_tensor in)
+{
+    size_t n = tu_numel(&in);
+    void *d = tu_alloc_elems(in.dtype, n);
+    tu_poison(d, in.dtype, n);
+    return tu_tensor(d, in.dtype, in.rank, in.shape);
+}
+
+/* All tensors of one backward (or forward) call in the given dtypes. */
+typedef struct bw_call {
+    gdn_chunk_bwd_args a;
+    gdn_tensor o, ht;
+    void *ws;
+} bw_call;
+
+static void call_init(bw_call *k, const bw_case *cs, gdn_dtype dt, gdn_dtype state_dt, gdn_dtype beta_dt)
+{
+    const bw_cfg *c = &cs->c;
+    memset(k, 0, sizeof *k);
+    gdn_chunk_bwd_args *a = &k->a;
+    int64_t sqk[4] = {c->B, c->T, c->H, c->K}, sv[4] = {c->B, c->T, c->HV, c->V}, sg[3] = {c->B, c->T, c->HV};
+    int64_t sst[4] = {cs->N, c->HV, c->layout == GDN_STATE_KV ? c->K : c->V, c->layout == GDN_STATE_KV ? c->V : c->K};
+    int64_t shv[1] = {c->HV}, scu[1] = {cs->N + 1};
+    gdn_dtype gdt = dt == GDN_DTYPE_F64 ? GDN_DTYPE_F64 : GDN_DTYPE_F32;
+    a->q = make(cs->q, dt, 4, sqk, cs->nqk);
+    a->k = make(cs->k, dt, 4, sqk, cs->nqk);
+    a->v = make(cs->v, dt, 4, sv, cs->nv);
+    a->gate.kind = GDN_GATE_GDN;
+    if (c->raw) {
+        a->gate.a = make(cs->gate, dt, 3, sg, cs->ng);
+        a->gate.A_log = tu_tensor((void *)cs->A_log, GDN_DTYPE_F32, 1, shv);
+        if (c->dt_bias)
+            a->gate.dt_bias = tu_tensor((void *)cs->dt_bias, GDN_DTYPE_F32, 1, shv);
+    } else {
+        a->gate.g = make(cs->gate, gdt, 3, sg, cs->ng);
+    }
+    a->gate.beta = make(cs->beta, beta_dt, 3, sg, cs->ng);
+    a->gate.softplus_beta = c->softplus_beta;
+    a->gate.softplus_threshold = c->softplus_threshold;
+    a->gate.beta_from_logits = c->logits;
+    a->gate.allow_neg_eigval = c->neg_eig;
+    a->use_qk_l2norm = c->l2norm;
+    if (c->nseq > 0)
+        a->cu_seqlens = tu_tensor((void *)cs->cu, GDN_DTYPE_I32, 1, scu);
+    a->state_layout = c->layout;
+    a->initial_state = make(cs->h0, state_dt, 4, sst, cs->ns);
+    a->d_o = make(cs->d_o, dt, 4, sv, cs->nv);
+    a->dht = make(cs->dht, state_dt, 4, sst, cs->ns);
+    a->dq = out_like(a->q);
+    a->dk = out_like(a->k);
+    a->dv = out_like(a->v);
+    if (c->raw) {
+        a->da = out_like(a->gate.a);
+        a->dA_log = out_like(a->gate.A_log);
+        if (c->dt_bias)
+            a->ddt_bias = out_like(a->gate.dt_bias);
+    } else {
+        a->dg = out_like(a->gate.g);
+    }
+    a->dbeta = out_like(a->gate.beta);
+    if (c->h0)
+        a->dh0 = out_like(a->initial_state);
+    k->o = out_like(a->v);
+    k->ht = tu_tensor(tu_alloc_elems(state_dt, (size_t)cs->ns), state_dt, 4, sst);
+}
+
+static void call_free(bw_call *k)
+{
+    gdn_chunk_bwd_args *a = &k->a;
+    void *bufs[] = {a->q.data, a->k.data, a->v.data, a->gate.a.data, a->gate.g.data, a->gate.beta.data,
+                    a->initial_state.data, a->d_o.data, a->dht.data, a->dq.data, a->dk.data, a->dv.data,
+                    a->dg.data, a->da.data, a->dA_log.data, a->ddt_bias.data, a->dbeta.data, a->dh0.data,
+                    k->o.data, k->ht.data, k->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
+static gdn_status run_bwd(bw_call *k)
+{
+    size_t bytes = 0;
+    gdn_status st = gdn_chunk_bwd_workspace_size(&k->a, &bytes);
+    if (st != GDN_OK)
+        return st;
+    free(k->ws);
+    k->ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    k->a.workspace = k->ws;
+    k->a.workspace_bytes = bytes;
+    return gdn_chunk_bwd(&k->a);
+}
+
+/* L = sum(d_o * o) + sum(dht * ht) by the forward on the call's inputs. */
+static double loss(bw_call *k)
+{
+    gdn_chunk_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.q = k->a.q;
+    f.k = k->a.k;
+    f.v = k->a.v;
+    f.gate = k->a.gate;
+    f.scale = k->a.scale;
+    f.use_qk_l2norm = k->a.use_qk_l2norm;
+    f.cu_seqlens = k->a.cu_seqlens;
+    f.state_layout = k->a.state_layout;
+    f.initial_state = k->a.initial_state;
+    f.final_state = k->ht;
+    f.o = k->o;
+    gdn_status st = gdn_chunk_fwd(&f);
+    if (st != GDN_OK) {
+        tu_expect(0, "forward: %s", gdn_last_error());
+        return NAN;
+    }
+    double L = 0.0;
+    size_t no = tu_numel(&k->o), nh = tu_numel(&k->ht);
+    for (size_t i = 0; i < no; i++)
+        L += tu_get(k->a.d_o.data, k->a.d_o.dtype, i) * tu_get(k->o.data, k->o.dtype, i);
+    if (k->a.dht.data)
+        for (size_t i = 0; i < nh; i++)
+            L += tu_get(k->a.dht.data, k->a.dht.dtype, i) * tu_get(k->ht.data, k->ht.dtype, i);
+    return L;
+}
+
+/* Central difference of L along a random direction of the f64 input x, against <grad, dir>. */
+static void fd_direction(bw_call *k, const char *what, gdn_tensor *x, const gdn_tensor *grad, tu_rng *r)
+{
+    const size_t n = tu_numel(x);
+    double *x0 = tu_alloc(n * sizeof(double)), *dir = tu_alloc(n * sizeof(double));
+    memcpy(x0, x->data, n * sizeof(double));
+    double pred = 0.0, eps = 1e-5;
+    for (size_t i = 0; i < n; i++) {
+        dir[i] = tu_rng_normal(r);
+        pred += dir[i] * tu_get(grad->data, grad->dtype, i);
+    }
+    double *xd = (double *)x->data;
+    for (size_t i = 0; i < n; i++)
+        xd[i] = x0[i] + eps * dir[i];
+    double lp = loss(k);
+    for (size_t i = 0; i < n; i++)
+        xd[i] = x0[i] - eps * dir[i];
+    double lm = loss(k);
+    memcpy(x->data, x0, n * sizeof(double));
+    double fd = (lp - lm) / (2.0 * eps);
+    double err = fabs(fd - pred) / fmax(fabs(fd), 1e-3);
+    tu_expect(err < 1e-6, "%s: finite difference %.10e, gradient %.10e (rel %.2e)", what, fd, pred, err);
+    free(x0);
+    free(dir);
+}
+
+/* Element by element for an f32 parameter vector (A_log, dt_bias): a step that f32 represents. */
+static void fd_elements_f32(bw_call *k, const char *what, gdn_tensor *x, const gdn_tensor *grad)
+{
+    float *xd = (float *)x->data;
+    for (size_t i = 0; i < tu_numel(x); i++) {
+        const float x0 = xd[i];
+        const float xp = x0 + 1e-3f, xm = x0 - 1e-3f;
+        xd[i] = xp;
+        double lp = loss(k);
+        xd[i] = xm;
+        double lm = loss(k);
+        xd[i] = x0;
+        double fd = (lp - lm) / ((double)xp - (double)xm), g = tu_get(grad->data, grad->dtype, i);
+        double err = fabs(fd - g) / fmax(fabs(fd), 1e-2);
+        tu_expect(err < 1e-4, "%s[%zu]: finite difference %.8e, gradient %.8e (rel %.2e)", what, i, fd, g, err);
+    }
+}
+
+static void no_poison(const char *what, const gdn_tensor *t)
+{
+    if (t->data)
+        tu_expect(tu_count_poison(t->data, t->dtype, tu_numel(t)) == 0, "%s: elements left unwritten", what);
+}
+
+static void check_fd(const bw_cfg *cfg)
+{
+    bw_case cs;
+    case_init(&cs, cfg);
+    bw_call k;
+    call_init(&k, &cs, GDN_DTYPE_F64, GDN_DTYPE_F64, GDN_DTYPE_F64);
+    gdn_status st = run_bwd(&k);
+    if (!tu_expect(st == GDN_OK, "gdn_chunk_bwd: %s: %s", gdn_status_string(st), gdn_last_error())) {
+        call_free(&k);
+        case_free(&cs);
+        return;
+    }
+    gdn_chunk_bwd_args *a = &k.a;
+    const gdn_tensor *outs[] = {&a->dq, &a->dk, &a->dv, &a->dg, &a->da, &a->dA_log, &a->ddt_bias, &a->dbeta, &a->dh0};
+    const char *names[] = {"dq", "dk", "dv", "dg", "da", "dA_log", "ddt_bias", "dbeta", "dh0"};
+    for (int i = 0; i < 9; i++)
+        no_poison(names[i], outs[i]);
+    tu_rng r = tu_rng_make(cfg->seed ^ 0xfdull);
+    for (int rep = 0; rep < 2; rep++) {
+        fd_direction(&k, "dq", &a->q, &a->dq, &r);
+        fd_direction(&k, "dk", &a->k, &a->dk, &r);
+        fd_direction(&k, "dv", &a->v, &a->dv, &r);
+        fd_direction(&k, "dbeta", &a->gate.beta, &a->dbeta, &r);
+        if (cfg->raw)
+            fd_direction(&k, "da", &a->gate.a, &a->da, &r);
+        else if (!cfg->extreme) /* g = 0 and -1e4 are kinks of nothing, but a step past 0 leaves the contract */
+            fd_direction(&k, "dg", &a->gate.g, &a->dg, &r);
+        if (cfg->h0)
+            fd_direction(&k, "dh0", &a->initial_state, &a->dh0, &r);
+    }
+    if (cfg->extreme) {
+        /* dg element by element where g is finite and not at the boundary 0 (one-sided there). */
+        double *g = (double *)a->gate.g.data;
+        for (int64_t i = 0; i < cs.ng; i += 7) {
+            const double g0 = g[i], step = g0 == 0.0 ? -1e-5 : 1e-5;
+            g[i] = g0 + step;
+            double lp = loss(&k);
+            g[i] = g0 - step;
+            double lm = loss(&k);
+            g[i] = g0;
+            double fd = (lp - lm) / (2.0 * step), dg = tu_get(a->dg.data, a->dg.dtype, (size_t)i);
+            tu_expect(fabs(fd - dg) <= 1e-6 * fmax(1.0, fabs(fd)), "dg[%lld] (g = %g): fd %.10e, gradient %.10e",
+                      (long long)i, g0, fd, dg);
+            if (g0 == -1e4)
+                tu_expect(dg == 0.0, "dg[%lld] at g = -1e4 is %g, expected 0", (long long)i, dg);
+        }
+    }
+    if (cfg->raw) {
+        fd_elements_f32(&k, "dA_log", &a->gate.A_log, &a->dA_log);
+        if (cfg->dt_bias)
+            fd_elements_f32(&k, "ddt_bias", &a->gate.dt_bias, &a->ddt_bias);
+    }
+    call_free(&k);
+    case_free(&cs);
+}
+
+static bw_cfg base(int64_t B, int64_t T, int64_t H, int64_t HV, uint64_t seed)
+{
+    bw_cfg c;
+    memset(&c, 0, sizeof c);
+    c.B = B;
+    c.T = T;
+    c.H = H;
+    c.HV = HV;
+    c.K = 64;
+    c.V = 64;
+    c.seed = seed;
+    return c;
+}
+
+static int test_fd_plain(void)
+{
+    int64_t Ts[] = {1, 63, 64, 70};
+    for (int i = 0; i < 4; i++) {
+        bw_cfg c = base(2, Ts[i], 1, 1, 100 + (uint64_t)i);
+        check_fd(&c);
+    }
+    return TU_PASS;
+}
+
+static int test_fd_l2norm_gva_states(void)
+{
+    for (int layout = 0; layout < 2; layout++) {
+        bw_cfg c = base(2, 70, 2, 4, 200 + (uint64_t)layout);
+        c.l2norm = 1;
+        c.h0 = 1;
+        c.dht = 1;
+        c.layout = layout ? GDN_STATE_VK : GDN_STATE_KV;
+        check_fd(&c);
+    }
+    bw_cfg c = base(1, 65, 1, 2, 210); /* dht without an initial state */
+    c.dht = 1;
+    c.l2norm = 1;
+    check_fd(&c);
+    return TU_PASS;
+}
+
+static int test_fd_in_kernel_gate(void)
+{
+    for (int v = 0; v < 3; v++) {
+        bw_cfg c = base(1, 70, 1, 2, 300 + (uint64_t)v);
+        c.raw = 1;
+        c.dt_bias = v != 1;
+        c.logits = 1;
+        c.neg_eig = v == 2;
+        c.l2norm = v == 2;
+        c.h0 = v != 0;
+        c.layout = v == 2 ? GDN_STATE_VK : GDN_STATE_KV;
+        check_fd(&c);
+    }
+    bw_cfg sp = base(1, 30, 1, 2, 305); /* softplus options: a + dt_bias on both branches */
+    sp.raw = 1;
+    sp.dt_bias = 1;
+    sp.softplus_beta = 2.0f;
+    sp.softplus_threshold = 0.5f;
+    check_fd(&sp);
+    bw_cfg c = base(1, 40, 1, 1, 310); /* logits with a precomputed g */
+    c.logits = 1;
+    c.neg_eig = 1;
+    check_fd(&c);
+    return TU_PASS;
+}
+
+static int test_fd_varlen(void)
+{
+    bw_cfg c = base(1, 0, 1, 2, 400);
+    c.nseq = 5;
+    int32_t lens[5] = {5, 0, 66, 1, 0};
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.h0 = 1;
+    c.dht = 1;
+    c.l2norm = 1;
+    check_fd(&c);
+    c.raw = 1;
+    c.dt_bias = 1;
+    c.logits = 1;
+    c.seed = 401;
+    c.layout = GDN_STATE_VK;
+    check_fd(&c);
+    return TU_PASS;
+}
+
+static int test_fd_extreme_gates(void)
+{
+    bw_cfg c = base(1, 70, 1, 2, 500);
+    c.extreme = 1;
+    c.h0 = 1;
+    c.dht = 1;
+    check_fd(&c);
+    return TU_PASS;
+}
+
+/* Empty sequences: dh0 = dht (or zero); nothing else to write. */
+static int test_empty_sequences(void)
+{
+    bw_cfg cfg = base(1, 0, 1, 2, 600);
+    cfg.nseq = 3;
+    cfg.h0 = 1;
+    cfg.dht = 1;
+    bw_case cs;
+    case_init(&cs, &cfg);
+    bw_call k;
+    call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    gdn_status st = run_bwd(&k);
+    tu_expect(st == GDN_OK, "gdn_chunk_bwd: %s", gdn_last_error());
+    tu_check("dh0 = dht", tu_compare(k.a.dh0.data, GDN_DTYPE_F32, cs.dht, GDN_DTYPE_F64, (size_t)cs.ns), 1e-7);
+    call_free(&k);
+    case_free(&cs);
+    return TU_PASS;
+}
+
+/* f32 / bf16 inputs against the f64 oracle on the same rounded values. */
+static void check_dtype(const bw_cfg *cfg, gdn_dtype dt, gdn_dtype state_dt, double tol, double tol_gate)
+{
+    bw_case cs;
+    case_init(&cs, cfg);
+    /* Round the inputs to dt so that both runs see the same values. */
+    double *arrs[] = {cs.q, cs.k, cs.v, cs.gate, cs.beta, cs.d_o};
+    int64_t lens[] = {cs.nqk, cs.nqk, cs.nv, cs.ng, cs.ng, cs.nv};
+    for (int i = 0; i < 6; i++)
+        for (int64_t j = 0; j < lens[i]; j++)
+            arrs[i][j] = tu_round(i == 3 && !cfg->raw ? GDN_DTYPE_F32 : dt, (float)arrs[i][j]);
+    double *sts[] = {cs.h0, cs.dht};
+    for (int i = 0; i < 2; i++)
+        if (sts[i])
+            for (int64_t j = 0; j < cs.ns; j++)
+                sts[i][j] = tu_round(state_dt, (float)sts[i][j]);
+    bw_call ref, k;
+    call_init(&ref, &cs, GDN_DTYPE_F64, GDN_DTYPE_F64, GDN_DTYPE_F64);
+    call_init(&k, &cs, dt, state_dt, dt);
+    gdn_status s1 = run_bwd(&ref), s2 = run_bwd(&k);
+    if (tu_expect(s1 == GDN_OK && s2 == GDN_OK, "gdn_chunk_bwd: %s", gdn_last_error())) {
+        const gdn_tensor *o[] = {&k.a.dq, &k.a.dk, &k.a.dv, &k.a.dg, &k.a.da, &k.a.dA_log, &k.a.ddt_bias,
+                                 &k.a.dbeta, &k.a.dh0};
+        const gdn_tensor *r[] = {&ref.a.dq, &ref.a.dk, &ref.a.dv, &ref.a.dg, &ref.a.da, &ref.a.dA_log,
+                                 &ref.a.ddt_bias, &ref.a.dbeta, &ref.a.dh0};
+        const char *names[] = {"dq", "dk", "dv", "dg", "da", "dA_log", "ddt_bias", "dbeta", "dh0"};
+        for (int i = 0; i < 9; i++) {
+            if (!o[i]->data)
+                continue;
+            char what[64];
+            snprintf(what, sizeof what, "%s (%s)", names[i], dt == GDN_DTYPE_BF16 ? "bf16" : "f32");
+            const int gate_grad = i >= 3 && i <= 6;
+            tu_check(what, tu_compare(o[i]->data, o[i]->dtype, r[i]->data, r[i]->dtype, tu_numel(o[i])),
+                     gate_grad ? tol_gate : tol);
+        }
+    }
+    call_free(&ref);
+    call_free(&k);
+    case_free(&cs);
+}
+
+static int test_dtypes(void)
+{
+    for (int v = 0; v < 2; v++) {
+        bw_cfg c = base(1, 150, 2, 4, 700 + (uint64_t)v);
+        c.l2norm = 1;
+        c.h0 = 1;
+        c.dht = 1;
+        c.raw = v;
+        c.dt_bias = v;
+        c.logits = v;
+        c.layout = v ? GDN_STATE_VK : GDN_STATE_KV;
+        check_dtype(&c, GDN_DTYPE_F32, GDN_DTYPE_F32, 1e-5, 1e-5);
+        check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2);
+        check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16, 5e-3, 1e-2);
+    }
+    bw_cfg c = base(1, 130, 1, 2, 710); /* extreme gates: g = -1e4 and 0 among the draws */
+    c.extreme = 1;
+    c.h0 = 1;
+    c.dht = 1;
+    c.l2norm = 1;
+    check_dtype(&c, GDN_DTYPE_F32, GDN_DTYPE_F32, 1e-5, 1e-5);
+    check_dtype(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2);
+    return TU_PASS;
+}
+
+/* The same call twice gives the same bits, whatever the thread count. */
+static int test_deterministic(void)
+{
+    bw_cfg c = base(1, 0, 2, 4, 800);
+    c.nseq = 3;
+    int32_t lens[3] = {100, 7, 130};
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.raw = 1;
+    c.dt_bias = 1;
+    c.h0 = 1;
+    bw_case cs;
+    case_init(&cs, &c);
+    bw_call k1, k2;
+    call_init(&k1, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    call_init(&k2, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    int threads = gdn_get_num_threads();
+    gdn_set_num_threads(1);
+    tu_expect(run_bwd(&k1) == GDN_OK, "1 thread: %s", gdn_last_error());
+    gdn_set_num_threads(4);
+    tu_expect(run_bwd(&k2) == GDN_OK, "4 threads: %s", gdn_last_error());
+    gdn_set_num_threads(threads);
+    const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da,
+                             &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
+    const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da,
+                             &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
+    for (int i = 0; i < 8; i++)
+        tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
+                  "output %d differs between 1 and 4 threads", i);
+    call_free(&k1);
+    call_free(&k2);
+    case_free(&cs);
+    return TU_PASS;
+}
+
+/* q, k, v read from one fused [B, T, 2 H K + HV V] projection, and dq, dk, dv written with that
+ * projection's strides (each into a buffer of its own: outputs must not share an address range), give
+ * the bits of the contiguous call. */
+static int test_strided(void)
+{
+    bw_cfg c = base(2, 70, 1, 2, 850);
+    c.l2norm = 1;
+    c.raw = 1;
+    c.logits = 1;
+    bw_case cs;
+    case_init(&cs, &c);
+    bw_call k;
+    call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    tu_expect(run_bwd(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
+    const int64_t HK = c.H * c.K, W = 2 * HK + c.HV * c.V, rows = c.B * c.T;
+    float *in = tu_alloc((size_t)(rows * W) * sizeof(float)), *out[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = tu_alloc((size_t)(rows * W) * sizeof(float));
+        tu_poison(out[i], GDN_DTYPE_F32, (size_t)(rows * W));
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(in + r * W, (float *)k.a.q.data + r * HK, (size_t)HK * sizeof(float));
+        memcpy(in + r * W + HK, (float *)k.a.k.data + r * HK, (size_t)HK * sizeof(float));
+        memcpy(in + r * W + 2 * HK, (float *)k.a.v.data + r * c.HV * c.V, (size_t)(c.HV * c.V) * sizeof(float));
+    }
+    bw_call f = k;
+    int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
+    int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
+    f.a.q = tu_tensor_strided(in, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.k = tu_tensor_strided(in + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.v = tu_tensor_strided(in + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
+    f.a.dq = tu_tensor_strided(out[0], GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.dk = tu_tensor_strided(out[1] + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
+    f.a.dv = tu_tensor_strided(out[2] + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
+    f.a.da = out_like(k.a.da);
+    f.a.dA_log = out_like(k.a.dA_log);
+    f.a.dbeta = out_like(k.a.dbeta);
+    tu_expect(gdn_chunk_bwd(&f.a) == GDN_OK, "strided: %s", gdn_last_error());
+    int same = 1;
+    for (int64_t r = 0; r < rows; r++) {
+        same &= tu_same_bytes(out[0] + r * W, (float *)k.a.dq.data + r * HK, (size_t)HK * sizeof(float));
+        same &= tu_same_bytes(out[1] + r * W + HK, (float *)k.a.dk.data + r * HK, (size_t)HK * sizeof(float));
+        same &= tu_same_bytes(out[2] + r * W + 2 * HK, (float *)k.a.dv.data + r * c.HV * c.V,
+                              (size_t)(c.HV * c.V) * sizeof(float));
+    }
+    tu_expect(same, "strided dq / dk / dv differ from the contiguous call");
+    tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * sizeof(float)) &&
+                  tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * sizeof(float)),
+              "strided da / dbeta differ");
+    free(f.a.da.data);
+    free(f.a.dA_log.data);
+    free(f.a.dbeta.data);
+    free(in);
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
+    call_free(&k);
+    case_free(&cs);
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Validation                                                                                  */
+
+/* Expects `st` with a message containing `needle`, and every output still poisoned. */
+static void expect_error(const gdn_chunk_bwd_args *k, gdn_status st, gdn_status want, const char *needle,
+                         const char *label)
+{
+    const char *msg = gdn_last_error();
+    tu_expect(st == want && strstr(msg, needle) != NULL, "%s: got %s \"%s\", expected %s mentioning \"%s\"", label,
+              gdn_status_string(st), msg, gdn_status_string(want), needle);
+    const gdn_tensor *outs[] = {&k->dq, &k->dk, &k->dv, &k->dg, &k->da, &k->dbeta, &k->dh0};
+    for (int i = 0; i < 7; i++)
+        if (outs[i]->data)
+            tu_expect(tu_count_poison(outs[i]->data, outs[i]->dtype, tu_numel(outs[i])) == tu_numel(outs[i]),
+                      "%s: an output was written", label);
+}
+
+static int test_validation(void)
+{
+    bw_cfg c = base(1, 20, 1, 2, 900);
+    c.h0 = 1;
+    c.dht = 1;
+    bw_case cs;
+    case_init(&cs, &c);
+    bw_call k;
+    call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
+    size_t bytes = 0;
+    tu_expect(gdn_chunk_bwd_workspace_size(&k.a, &bytes) == GDN_OK && bytes > 0, "query: %s", gdn_last_error());
+
+    gdn_chunk_bwd_args saved = k.a;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_WORKSPACE, "workspace", "no workspace");
+    k.ws = aligned_alloc(256, (bytes + 511) / 256 * 256);
+    k.a.workspace = k.ws;
+    k.a.workspace_bytes = 100;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_WORKSPACE, "workspace", "small workspace");
+    saved.workspace = k.ws;
+    saved.workspace_bytes = bytes;
+
+    k.a = saved;
+    k.a.dq.shape[3] = 32;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dq", "dq shape");
+    k.a = saved;
+    k.a.dv.dtype = GDN_DTYPE_BF16;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dv", "dv dtype");
+    k.a = saved;
+    k.a.dq = k.a.q;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dq overlaps the input q", "dq aliases q");
+    k.a = saved;
+    k.a.dk = k.a.dq;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "overlap", "dk aliases dq");
+    k.a = saved;
+    k.a.dh0 = k.a.initial_state;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dh0 overlaps", "dh0 aliases initial_state");
+    k.a = saved;
+    memset(&k.a.dh0, 0, sizeof k.a.dh0);
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dh0 is required", "dh0 missing");
+    k.a = saved;
+    memset(&k.a.dg, 0, sizeof k.a.dg);
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dg is required", "dg missing");
+    k.a = saved;
+    k.a.da = k.a.dg;
+    memset(&k.a.dg, 0, sizeof k.a.dg);
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dg is required", "da instead of dg");
+    k.a = saved;
+    memset(&k.a.d_o, 0, sizeof k.a.d_o);
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "d_o", "d_o missing");
+    k.a = saved;
+    k.a.dht.dtype = GDN_DTYPE_BF16;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "dht", "dht dtype differs");
+    k.a = saved;
+    k.a.gate.kind = GDN_GATE_KDA;
+    int64_t kda_shape[4] = {c.B, c.T, c.HV, c.K};
+    float *kda_g = tu_alloc_elems(GDN_DTYPE_F32, (size_t)(c.B * c.T * c.HV * c.K));
+    k.a.gate.g = tu_tensor(kda_g, GDN_DTYPE_F32, 4, kda_shape);
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_UNSUPPORTED, "GDN gates only", "KDA gate");
+    free(kda_g);
+    k.a = saved;
+    k.a.workspace = (char *)k.ws + 64;
+    expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_INVALID_ARGUMENT, "256-byte", "misaligned workspace");
+    k.a = saved;
+    tu_expect(gdn_chunk_bwd(NULL) == GDN_ERR_INVALID_ARGUMENT, "NULL args accepted");
+    tu_expect(gdn_chunk_bwd_workspace_size(&k.a, NULL) == GDN_ERR_INVALID_ARGUMENT, "NULL bytes accepted");
+    /* Every tensor described as CUDA-resident (no device memory is touched: the CUDA entry refuses
+     * before any work): the build without CUDA says so, the CUDA build has no backward kernel yet. */
+    gdn_tensor *all[] = {&k.a.q, &k.a.k, &k.a.v, &k.a.gate.g, &k.a.gate.beta, &k.a.initial_state, &k.a.d_o,
+                         &k.a.dht, &k.a.dq, &k.a.dk, &k.a.dv, &k.a.dg, &k.a.dbeta, &k.a.dh0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        all[i]->device = GDN_DEVICE_CUDA;
+    if (gdn_has_cuda())
+        expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_UNSUPPORTED, "no CUDA kernel yet", "CUDA tensors");
+    else
+        expect_error(&saved, gdn_chunk_bwd(&k.a), GDN_ERR_NO_BACKEND, "without the CUDA backend", "CUDA tensors");
+    k.a = saved;
+    tu_expect(gdn_chunk_bwd(&k.a) == GDN_OK, "the valid call: %s", gdn_last_error());
+    /* The call runs on one thread when the workspace covers only that. */
+    k.a.workspace_bytes = bytes / 2;
+    gdn_status st = gdn_chunk_bwd(&k.a);
+    tu_expect(st == GDN_OK || st == GDN_ERR_WORKSPACE, "half the workspace: %s", gdn_last_error());
+    call_free(&k);
+    case_free(&cs);
+    return TU_PASS;
+}
+
+int main(int argc, char **argv)
+{
+    static const tu_test tests[] = {
+        {"fd_plain", test_fd_plain},
+        {"fd_l2norm_gva_states", test_fd_l2norm_gva_states},
+        {"fd_in_kernel_gate", test_fd_in_kernel_gate},
+        {"fd_varlen", test_fd_varlen},
+        {"fd_extreme_gates", test_fd_extreme_gates},
+        {"empty_sequences", test_empty_sequences},
+        {"dtypes", test_dtypes},
+        {"deterministic", test_deterministic},
+        {"strided", test_strided},
+        {"validation", test_validation},
+    };
+    return tu_main(tests, TU_COUNT(tests), argc, argv);
+}
