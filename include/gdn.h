@@ -200,8 +200,6 @@ typedef struct gdn_chunk_fwd_args {
     gdn_tensor final_state;   /* same shape; may be absent; may alias initial_state exactly.
                                * Must be absent with state_indices */
 
-    gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
-
     /* State pool (serving engines), optional. With state_indices, initial_state is a pool
      * [P, HV, K, V] / [P, HV, V, K] (the slot stride may be padded) that the call reads and writes
      * in place: sequence n starts from slot state_indices[n] (from zeros where has_initial_state[n]
@@ -219,6 +217,8 @@ typedef struct gdn_chunk_fwd_args {
      * min(length(n) / M, J); a slot < 0 (or 0 with null_slot_zero) skips that write only. */
     int64_t checkpoint_interval;
     gdn_tensor checkpoint_indices; /* [N, J] int32; required with checkpoint_interval > 0 */
+
+    gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
 
     void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes, 256-byte aligned (as cudaMalloc
                               * returns); checked once, before any launch. CPU: ignored */

@@ -1072,14 +1072,22 @@ static size_t bwd_workspace(const gdn_bwd_problem *bp, int least)
     return gdn_cpu_chunk_bwd_workspace_size(bp, least ? 1 : 0);
 }
 
+/* As fwd_prepare: valid arguments, backend built in, within the backend's limits. */
+static gdn_status bwd_prepare(const gdn_chunk_bwd_args *args, gdn_bwd_problem *bp)
+{
+    device_ctx dev = {0};
+    TRY(resolve_chunk_bwd(args, bp, &dev));
+    TRY(check_backend(&dev));
+    return bp->fwd.device == GDN_DEVICE_CUDA ? gdn_cuda_chunk_bwd_check(bp) : gdn_cpu_chunk_bwd_check(bp);
+}
+
 gdn_status gdn_chunk_bwd_workspace_size(const gdn_chunk_bwd_args *args, size_t *bytes)
 {
     clear_error();
     if (!bytes)
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     gdn_bwd_problem bp;
-    device_ctx dev = {0};
-    TRY(resolve_chunk_bwd(args, &bp, &dev));
+    TRY(bwd_prepare(args, &bp));
     *bytes = bwd_workspace(&bp, 0);
     return GDN_OK;
 }
@@ -1088,9 +1096,7 @@ gdn_status gdn_chunk_bwd(const gdn_chunk_bwd_args *args)
 {
     clear_error();
     gdn_bwd_problem bp;
-    device_ctx dev = {0};
-    TRY(resolve_chunk_bwd(args, &bp, &dev));
-    TRY(check_backend(&dev));
+    TRY(bwd_prepare(args, &bp));
     TRY(check_workspace_bytes(&bp.fwd, bwd_workspace(&bp, 1), bwd_workspace(&bp, 0)));
     return bp.fwd.device == GDN_DEVICE_CUDA ? gdn_cuda_chunk_bwd(&bp) : gdn_cpu_chunk_bwd(&bp);
 }

@@ -59,6 +59,12 @@ gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     return no_backend();
 }
 
+gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *p)
+{
+    (void)p;
+    return no_backend();
+}
+
 size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p)
 {
     (void)p;

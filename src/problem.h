@@ -137,6 +137,7 @@ gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p);
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
 /* threads: the thread count the size is for; 0 the count the call would use (the query's answer). */
+gdn_status gdn_cpu_chunk_bwd_check(const gdn_bwd_problem *p);
 size_t gdn_cpu_chunk_bwd_workspace_size(const gdn_bwd_problem *p, int threads);
 gdn_status gdn_cpu_chunk_bwd(const gdn_bwd_problem *p);
 
@@ -151,6 +152,7 @@ size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the 
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
 size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
+gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *p); /* GDN_ERR_UNSUPPORTED: no kernel yet */
 size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p);
 gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p); /* GDN_ERR_UNSUPPORTED: no kernel yet */
 

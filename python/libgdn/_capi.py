@@ -123,6 +123,11 @@ class ChunkFwdArgs(ctypes.Structure):
     _fields_ = FWD_INPUT_FIELDS + [
         ("initial_state", Tensor),
         ("final_state", Tensor),
+        ("state_indices", Tensor),
+        ("has_initial_state", Tensor),
+        ("null_slot_zero", ctypes.c_int),
+        ("checkpoint_interval", ctypes.c_int64),
+        ("checkpoint_indices", Tensor),
     ] + FWD_OUTPUT_FIELDS
 
 

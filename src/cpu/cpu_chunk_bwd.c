@@ -339,12 +339,12 @@ static void bwd_item(void *ctxp, int64_t item, int thread)
                            w.dS + j * KV + x * V);
 }
 
+/* The forward's limits (head dims 1 .. GDN_CPU_MAX_HEAD_DIM); the API refuses KDA gates itself. */
+gdn_status gdn_cpu_chunk_bwd_check(const gdn_bwd_problem *bp) { return gdn_cpu_chunk_fwd_check(&bp->fwd); }
+
 gdn_status gdn_cpu_chunk_bwd(const gdn_bwd_problem *bp)
 {
     const gdn_problem *p = &bp->fwd;
-    if (p->K < 1 || p->K > GDN_CPU_MAX_HEAD_DIM || p->V < 1 || p->V > GDN_CPU_MAX_HEAD_DIM)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "cpu chunk_bwd: head dims K = %lld, V = %lld (each 1 .. %d)",
-                             (long long)p->K, (long long)p->V, GDN_CPU_MAX_HEAD_DIM);
     bwd_ctx ctx;
     ctx.bp = bp;
     ctx.exact = p->q.dtype == GDN_DTYPE_F64;
