@@ -733,7 +733,7 @@ static int test_graph_capture(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* KDA gates (a log decay per key channel): the CUDA-core paths at every length                */
+/* KDA gates (a log decay per key channel): both CUDA-core paths and the tensor-core path       */
 
 /* The gate options of KDA case v: precomputed g and beta, in-kernel softplus gate with beta from
  * logits, or FLA's safe gate (lower_bound -5 or -1). */
@@ -771,7 +771,8 @@ static int test_kda_heads(void)
 }
 
 /* Every token count of speculative verify and a longer call on HV = 32, each gate option, both
- * layouts and state dtypes, per-step states on half of them; K = 64 with V = 128 (two row passes). */
+ * layouts and state dtypes, per-step states on half of them (without, on VK states from 4 tokens
+ * on: the tensor-core path, T = 19 in three chunks); K = 64 with V = 128 (two row passes). */
 static int test_kda_tokens(void)
 {
     if (!need_gpu())

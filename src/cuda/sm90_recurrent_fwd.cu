@@ -7,9 +7,8 @@
  * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
  * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
  * programmatic stream serialization where that pays (tma_use_pdl).
- * KDA gates (a decay per key) take the CUDA-core paths at every length: the tensor-core path
- * factors one scalar decay per token out of its products (D, Gam), which per-key decays do not
- * allow.
+ * KDA gates (a decay per key) take the same paths by the same rules, as instances with KDA = true
+ * (the per-key decays staged in shared memory; sm90_recurrent_kernel.cuh, sm90_recurrent_mma.cuh).
  */
 #include "cuda_common.cuh"
 #include "sm90_recurrent_launch.cuh"
@@ -88,14 +87,15 @@ gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
 }
 
 /* The tensor-core path (multi-token calls). */
-template <int K, typename StateT, typename InT> gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
 {
     const gdn_status st =
-        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT>(), "gdn_recurrent_fwd: shared memory attributes");
+        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA>(), "gdn_recurrent_fwd: shared memory attributes");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT>, prm, p, mma_tile<K, StateT>(p->N, p->HV, p->V),
-                              mma_smem_bytes<K, StateT>());
+    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>, prm, p,
+                              mma_tile<K, StateT>(p->N, p->HV, p->V), mma_smem_bytes<K, StateT, KDA>());
 }
 
 /* The tensor-core path takes calls of at least 8 tokens per sequence, at least 4 from 128
@@ -121,9 +121,9 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
                      state_view_vec(p->step_states, VE);
     if (!vec)
         return launch_generic<K, StateT, InT, false, KDA>(prm, p);
-    if constexpr (K <= 128 && !KDA) {
+    if constexpr (K <= 128) {
         if (use_mma_path(prm, p))
-            return launch_mma<K, StateT, InT>(prm, p);
+            return launch_mma<K, StateT, InT, KDA>(prm, p);
     }
     return launch_tma<K, StateT, InT, KDA>(prm, p);
 }

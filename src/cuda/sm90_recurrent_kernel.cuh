@@ -1,6 +1,6 @@
 /*
  * sm90_recurrent_kernel.cuh - the recurrent forward kernel template (decode / multi-token verify,
- * GDN gates). Launched by sm90_recurrent_fwd.cu (rules in sm90_recurrent_launch.cuh);
+ * GDN and KDA gates). Launched by sm90_recurrent_fwd.cu (rules in sm90_recurrent_launch.cuh);
  * dev/decode/decode_sweeps.cu launches it directly with tiles the launcher does not pick.
  *
  * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head).
@@ -13,6 +13,8 @@
  *     while the state is on its way;
  *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
  *     into S~ when it leaves [2^-20, 2^20]), so per token and element the update is one FMA;
+ *     KDA (KDA = true) decays each key by its own exp(g), staged per token in shared memory
+ *     (KdaStage), so each lane multiplies its keys of the state (c stays 1);
  *   - per token, the 8 lanes of a group reduce both dots of the old state, S~^T k by a butterfly
  *     (every lane needs u) and S~^T q by a reduce-scatter to the lane that writes o:
  *         o = S_new^T q = ce * (S~^T q) + u * (k . q),   u = beta * (v - ce * (S~^T k)),  ce = c * e,

@@ -78,20 +78,20 @@ template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
  * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
  * instance. */
-template <int K, typename StateT, typename InT> cudaError_t set_mma_kernel_attributes()
+template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t set_mma_kernel_attributes()
 {
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
+    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT>());
+                                               (int)mma_smem_bytes<K, StateT, KDA>());
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                (int)cudaSharedmemCarveoutMaxShared);
+    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
+                                cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
+template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t prepare_mma_kernel()
 {
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT>();
+    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA>();
     return err;
 }
 
