@@ -504,6 +504,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
     static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
     static_assert(VE % 4 == 0, "q/k pieces are read from shared memory as float4");
     __shared__ StageOf<K, MAX_ROWS_PER_CTA, KDA> st;
+    static_assert(is_kda_stage<decltype(st)>::value == KDA, "token_step sees the gate kind by the stage type");
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = lane / LANES_PER_ROW, gl = lane % LANES_PER_ROW;
@@ -612,6 +613,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
                   "the tile, the stage and the barriers fit the static shared memory");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
     __shared__ StageOf<K, TILE_ROWS, KDA> st;
+    static_assert(is_kda_stage<decltype(st)>::value == KDA, "token_step sees the gate kind by the stage type");
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
     __shared__ StateT *s_src;                        /* warp 0's slot lookup, for the whole CTA */

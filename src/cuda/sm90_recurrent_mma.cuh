@@ -521,6 +521,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
     constexpr int MAX_PASSES = TILE_ROWS / MMA_ROWS;
     using Stage = MmaStageOf<K, TILE_ROWS, KDA>;
+    static_assert(is_kda_stage<Stage>::value == KDA, "stage_token and the solve see the gate kind by the stage type");
     extern __shared__ __align__(128) unsigned char mma_smem[];
     StateT *const tile = reinterpret_cast<StateT *>(mma_smem);
     Stage &st = *reinterpret_cast<Stage *>(mma_smem + (size_t)TILE_ROWS * K * sizeof(StateT));
