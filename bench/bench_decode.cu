@@ -13,6 +13,8 @@
  * Before timing, it checks one small case of each state dtype against the CPU backend.
  * The sweeps of tiles and paths that the launcher does not pick live in dev/decode/decode_sweeps.cu.
  *
+ * --kda: KDA gates instead (a [B, T, HV, K] and dt_bias [HV, K], softplus gate in-kernel), for
+ * bench/fla_decode.py --kda (FLA's fused_recurrent_kda).
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
  * --T LIST and --B LIST (comma-separated) time only those token counts and batches.
@@ -31,13 +33,16 @@ int main(int argc, char **argv)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
             Bs = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "--kda"))
+            g_kind = GDN_GATE_KDA;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     size_t l2 = (size_t)prop.l2CacheSize;
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, l2 / 1e6);
+    printf("device: %s, %d SMs, L2 %.0f MB; %s gates\n", prop.name, prop.multiProcessorCount, l2 / 1e6,
+           g_kind == GDN_GATE_KDA ? "KDA" : "GDN");
 
     double copy = copy_gbps(stream, false), copy_graph = copy_gbps(stream, true);
     printf("copy ceiling: 1 GiB D2D %.0f GB/s with events (the reference), %.0f GB/s under graph replay\n", copy,
@@ -54,7 +59,8 @@ int main(int argc, char **argv)
 
     FILE *tsv = tsv_path ? fopen(tsv_path, "w") : NULL;
     if (tsv)
-        fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f\nstate\tT\tB\thot_us\tcold_us\tbytes\n", copy, copy_graph);
+        fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f gate %s\nstate\tT\tB\thot_us\tcold_us\tbytes\n", copy,
+                copy_graph, g_kind == GDN_GATE_KDA ? "kda" : "gdn");
     printf("\n%-5s %2s %4s %10s %10s %9s %7s\n", "state", "T", "B", "hot us", "cold us", "cold GB/s", "% copy");
     for (gdn_dtype sd : {GDN_DTYPE_F32, GDN_DTYPE_BF16}) {
         for (int64_t T : Ts) {

@@ -30,6 +30,12 @@
 
 static const int64_t H = 16, HV = 32, K = 128, V = 128;
 
+/* The gate kind of every call (bench_decode --kda): KDA takes raw a [B, T, HV, K] and dt_bias
+ * [HV, K] (one log decay per key channel, softplus gate), GDN a [B, T, HV] and dt_bias [HV]. */
+static gdn_gate_kind g_kind = GDN_GATE_GDN;
+
+static int64_t gate_width() { return g_kind == GDN_GATE_KDA ? K : 1; }
+
 /* ------------------------------------------------------------------------------------------ */
 /* Random device fills (a hash of the index: no generator state, any size)                     */
 
@@ -82,23 +88,24 @@ static Set make_set(int64_t B, int64_t T, gdn_dtype sd, uint64_t seed)
     Set s;
     s.B = B, s.T = T, s.sd = sd;
     size_t nqk = (size_t)(B * T * H * K), nv = (size_t)(B * T * HV * V), ng = (size_t)(B * T * HV);
+    size_t na = ng * (size_t)gate_width(), ndt = (size_t)(HV * gate_width());
     CK(cudaMalloc(&s.q, nqk * 2));
     CK(cudaMalloc(&s.k, nqk * 2));
     CK(cudaMalloc(&s.v, nv * 2));
     CK(cudaMalloc(&s.o, nv * 2));
-    CK(cudaMalloc(&s.a, ng * 4));
+    CK(cudaMalloc(&s.a, na * 4));
     CK(cudaMalloc(&s.b, ng * 4));
     CK(cudaMalloc(&s.A_log, HV * 4));
-    CK(cudaMalloc(&s.dt_bias, HV * 4));
+    CK(cudaMalloc(&s.dt_bias, ndt * 4));
     CK(cudaMalloc(&s.pool, state_elems(B) * gdn_dtype_size(sd)));
     CK(cudaMalloc(&s.idx, (size_t)B * 4));
     fill(s.q, (int64_t)nqk, seed + 1, 0.6f);
     fill(s.k, (int64_t)nqk, seed + 2, 0.6f);
     fill(s.v, (int64_t)nv, seed + 3, 0.6f);
-    fill(s.a, (int64_t)ng, seed + 4, 0.6f);
+    fill(s.a, (int64_t)na, seed + 4, 0.6f);
     fill(s.b, (int64_t)ng, seed + 5, 0.6f);
     fill(s.A_log, HV, seed + 6, 0.3f);
-    fill(s.dt_bias, HV, seed + 7, 0.3f);
+    fill(s.dt_bias, (int64_t)ndt, seed + 7, 0.3f);
     if (sd == GDN_DTYPE_F32)
         fill((float *)s.pool, (int64_t)state_elems(B), seed + 8, 0.05f);
     else
@@ -119,8 +126,8 @@ static void free_set(Set &s)
 static double call_bytes(int64_t B, int64_t T, gdn_dtype sd)
 {
     double st = 2.0 * (double)state_elems(B) * (double)gdn_dtype_size(sd);
-    double io = (double)(B * T) * (2.0 * H * K * 2 + 2.0 * HV * V * 2 + 2.0 * HV * 4);
-    return st + io + 2.0 * HV * 4 + B * 4.0;
+    double io = (double)(B * T) * (2.0 * H * K * 2 + 2.0 * HV * V * 2 + (1.0 + gate_width()) * HV * 4);
+    return st + io + (1.0 + gate_width()) * HV * 4 + B * 4.0;
 }
 
 /* Arguments for a set, with the given pointers (device or host copies of the same layout). */
@@ -131,15 +138,18 @@ static gdn_recurrent_fwd_args make_args(const Set &s, gdn_device_type dev, void 
     gdn_recurrent_fwd_args x;
     memset(&x, 0, sizeof x);
     int64_t qs[4] = {s.B, s.T, H, K}, vs[4] = {s.B, s.T, HV, V}, gs[3] = {s.B, s.T, HV}, hs[1] = {HV};
+    int64_t as[4] = {s.B, s.T, HV, K}, dts[2] = {HV, K};
+    const bool kda = g_kind == GDN_GATE_KDA;
     int64_t ps[4] = {s.B, HV, V, K}, is[1] = {s.B};
     x.q = gdn_tensor_make(q, GDN_DTYPE_BF16, dev, 0, 4, qs);
     x.k = gdn_tensor_make(k, GDN_DTYPE_BF16, dev, 0, 4, qs);
     x.v = gdn_tensor_make(v, GDN_DTYPE_BF16, dev, 0, 4, vs);
     x.o = gdn_tensor_make(o, GDN_DTYPE_BF16, dev, 0, 4, vs);
-    x.gate.kind = GDN_GATE_GDN;
-    x.gate.a = gdn_tensor_make(a, GDN_DTYPE_F32, dev, 0, 3, gs);
+    x.gate.kind = g_kind;
+    x.gate.a = kda ? gdn_tensor_make(a, GDN_DTYPE_F32, dev, 0, 4, as) : gdn_tensor_make(a, GDN_DTYPE_F32, dev, 0, 3, gs);
     x.gate.A_log = gdn_tensor_make(A_log, GDN_DTYPE_F32, dev, 0, 1, hs);
-    x.gate.dt_bias = gdn_tensor_make(dt_bias, GDN_DTYPE_F32, dev, 0, 1, hs);
+    x.gate.dt_bias = kda ? gdn_tensor_make(dt_bias, GDN_DTYPE_F32, dev, 0, 2, dts)
+                         : gdn_tensor_make(dt_bias, GDN_DTYPE_F32, dev, 0, 1, hs);
     x.gate.beta = gdn_tensor_make(b, GDN_DTYPE_F32, dev, 0, 3, gs);
     x.gate.beta_from_logits = 1;
     x.use_qk_l2norm = 1;
@@ -200,9 +210,9 @@ static int check_case(gdn_dtype sd, int64_t B, int64_t T)
     Set s = make_set(B, T, sd, 99 + (uint64_t)T);
     CK(cudaDeviceSynchronize());
     size_t nqk = (size_t)(B * T * H * K) * 2, nv = (size_t)(B * T * HV * V) * 2, ng = (size_t)(B * T * HV) * 4;
-    size_t np = state_elems(B) * gdn_dtype_size(sd);
-    void *hq = to_host(s.q, nqk), *hk = to_host(s.k, nqk), *hv = to_host(s.v, nv), *ha = to_host(s.a, ng),
-         *hb = to_host(s.b, ng), *hA = to_host(s.A_log, HV * 4), *hdt = to_host(s.dt_bias, HV * 4),
+    size_t np = state_elems(B) * gdn_dtype_size(sd), gw = (size_t)gate_width();
+    void *hq = to_host(s.q, nqk), *hk = to_host(s.k, nqk), *hv = to_host(s.v, nv), *ha = to_host(s.a, ng * gw),
+         *hb = to_host(s.b, ng), *hA = to_host(s.A_log, HV * 4), *hdt = to_host(s.dt_bias, HV * 4 * gw),
          *hpool = to_host(s.pool, np), *hidx = to_host(s.idx, (size_t)B * 4);
     void *ho = calloc(nv, 1);
     api_call(set_args(s, 0));

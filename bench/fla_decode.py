@@ -1,5 +1,5 @@
-"""fla_decode.py - FLA's fused_recurrent_gated_delta_rule on the decode benchmark's shapes, and the
-merged table.
+"""fla_decode.py - FLA's fused_recurrent_gated_delta_rule (with --kda: fused_recurrent_kda) on the
+decode benchmark's shapes, and the merged table.
 
 Times FLA (state_v_first=True, q/k l2 norm, gating and beta sigmoid in-kernel, f32 state: FLA's
 public API always writes an f32 final state) under CUDA graph replay, hot (one buffer set) and
@@ -9,6 +9,10 @@ merged table: libgdn and FLA times, the ratio FLA / libgdn (> 1: libgdn is faste
 the copy ceiling, and the issue's targets with their measured figures.
 
     PYTHONPATH=.peers/fla python3 bench/fla_decode.py --ours decode_ours.tsv [--tsv fla.tsv]
+    PYTHONPATH=.peers/fla python3 bench/fla_decode.py --kda --ours decode_kda_ours.tsv   (bench_decode --kda)
+
+--kda: KDA gates, raw a [B, T, HV, K] and dt_bias [HV * K] with the softplus gate in-kernel, on
+both sides; the targets printed are KDA's (issue 16).
 
 --T LIST and --B LIST (comma-separated) time only those shapes (the merged table and targets need
 the full default lists).
@@ -24,23 +28,31 @@ BS = [1, 8, 32, 64, 128, 256, 512]
 TS = [1, 2, 4, 8]
 
 
+KDA = False  # --kda
+
+
+def gate_width():
+    return K if KDA else 1
+
+
 def call_bytes(B, T, state_bytes):
     st = 2.0 * B * HV * V * K * state_bytes
-    io = B * T * (2.0 * H * K * 2 + 2.0 * HV * V * 2 + 2.0 * HV * 4)
-    return st + io + 2.0 * HV * 4 + B * 4.0
+    io = B * T * (2.0 * H * K * 2 + 2.0 * HV * V * 2 + (1.0 + gate_width()) * HV * 4)
+    return st + io + (1.0 + gate_width()) * HV * 4 + B * 4.0
 
 
 def make_set(B, T, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     dev, bf = "cuda", torch.bfloat16
+    a_shape = (B, T, HV, K) if KDA else (B, T, HV)
     return dict(
         q=(0.6 * torch.randn(B, T, H, K, device=dev, generator=g)).to(bf),
         k=(0.6 * torch.randn(B, T, H, K, device=dev, generator=g)).to(bf),
         v=(0.6 * torch.randn(B, T, HV, V, device=dev, generator=g)).to(bf),
-        a=0.6 * torch.randn(B, T, HV, device=dev, generator=g),
+        a=0.6 * torch.randn(*a_shape, device=dev, generator=g),
         b=0.6 * torch.randn(B, T, HV, device=dev, generator=g),
         A_log=0.3 * torch.randn(HV, device=dev, generator=g),
-        dt_bias=0.3 * torch.randn(HV, device=dev, generator=g),
+        dt_bias=0.3 * torch.randn(HV * gate_width(), device=dev, generator=g),
         h0=0.05 * torch.randn(B, HV, V, K, device=dev, generator=g),
     )
 
@@ -84,7 +96,10 @@ def launches_for(est_us):
 
 
 def run_fla(l2, TS=TS, BS=BS):
-    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fn
+    if KDA:
+        from fla.ops.kda import fused_recurrent_kda as fn
+    else:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fn
     rows = {}
     with torch.inference_mode():
         for T in TS:
@@ -120,7 +135,10 @@ def main():
     ap.add_argument("--tsv", help="write FLA's numbers here")
     ap.add_argument("--T", help="token counts to time, e.g. 1,2,4,8 (default: all)")
     ap.add_argument("--B", help="batches to time, e.g. 64,256 (default: all)")
+    ap.add_argument("--kda", action="store_true", help="KDA gates: FLA's fused_recurrent_kda")
     args = ap.parse_args()
+    global KDA
+    KDA = args.kda
     ts = [int(x) for x in args.T.split(",")] if args.T else TS
     bs = [int(x) for x in args.B.split(",")] if args.B else BS
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -154,6 +172,9 @@ def main():
                     line += f" {fh:8.2f} {fc:8.2f} {fh / hot:6.2f} {fc / cold:6.2f}"
                 print(line)
 
+    if KDA:
+        kda_targets(ours, fla, copy)
+        return
     print("\ntargets (H100):")
 
     def pct(st, T, B):
@@ -183,6 +204,34 @@ def main():
             fl = f" (FLA {fla[(4, 256)][1] / fla[(1, 256)][1]:.2f}x, {fla[(8, 256)][1] / fla[(1, 256)][1]:.2f}x)"
         print(f"  {st} B=256 T=4 <= 1.15x T=1: {r4:.2f}x; T=8 <= 1.3x: {r8:.2f}x{fl}" +
               ("  MET" if r4 <= 1.15 and r8 <= 1.3 else "  MISSED"))
+
+
+def kda_targets(ours, fla, copy):
+    """Issue 16's decode targets: f32 state T=1 >= 97% of copy from B=128 on and no slower than FLA
+    from B=8 on; T=4 / T=8 within 1.2x / 1.35x of T=1 at B=256."""
+    print("\nKDA targets (issue 16):")
+
+    def pct(st, T, B):
+        hot, cold, nbytes = ours[(st, T, B)]
+        return 100.0 * nbytes / (cold * 1e3) / copy
+
+    f32_pcts = [(B, pct("f32", 1, B)) for B in BS if B >= 128]
+    print("  f32 T=1 B>=128 >= 97% of copy: " + ", ".join(f"B{B} {p:.1f}%" for B, p in f32_pcts) +
+          ("  MET" if all(p >= 97 for _, p in f32_pcts) else "  MISSED"))
+    if fla:
+        bs = [B for B in BS if B >= 8 and (1, B) in fla]
+        worst = min((min(fla[(1, B)][0] / ours[("f32", 1, B)][0], fla[(1, B)][1] / ours[("f32", 1, B)][1]), B)
+                    for B in bs)
+        print(f"  f32 T=1 no slower than FLA at B>=8 (hot and cold): worst FLA/libgdn {worst[0]:.3f} at B={worst[1]}"
+              + ("  MET" if worst[0] >= 1.0 else "  MISSED"))
+    for st in ("f32", "bf16"):
+        t1 = ours[(st, 1, 256)][1]
+        r4, r8 = ours[(st, 4, 256)][1] / t1, ours[(st, 8, 256)][1] / t1
+        fl = ""
+        if st == "f32" and fla:
+            fl = f" (FLA {fla[(4, 256)][1] / fla[(1, 256)][1]:.2f}x, {fla[(8, 256)][1] / fla[(1, 256)][1]:.2f}x)"
+        print(f"  {st} B=256 T=4 <= 1.2x T=1: {r4:.2f}x; T=8 <= 1.35x: {r8:.2f}x{fl}" +
+              ("  MET" if r4 <= 1.2 and r8 <= 1.35 else "  MISSED"))
 
 
 if __name__ == "__main__":

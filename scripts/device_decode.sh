@@ -8,16 +8,24 @@
 #      extreme gates, the options sweep: both decode paths);
 #   4. runs bench/bench_decode (libgdn, hot and cold, copy ceiling) and bench/fla_decode.py (FLA),
 #      then prints the merged table and the targets last.
-# Logs and the results file (decode-results.txt) go to $OUT.
+# Logs and the results file (decode-results.txt, or decode-kda-results.txt) go to $OUT.
 #   device tool:  bash scripts/device_decode.sh            (carry .peers/fla for the FLA numbers)
 #   options (env): DECODE_VARIANTS=1 also runs the tile sweeps (decode_sweeps --variants);
 #   DECODE_SKIP_TESTS=1 benchmarks only; DECODE_NO_BENCH=1 stops after the tests;
+#   DECODE_KDA=1 benchmarks KDA gates (bench_decode --kda against FLA's fused_recurrent_kda,
+#   results in decode-kda-results.txt with issue 16's targets);
 #   DECODE_COMMIT names the commit in the results (the device copy of the tree has no git).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/decode-out}
 BUILD=${BUILD:-build-decode-dev}
 mkdir -p "$OUT" "$BUILD"
+KDA_ARG=()
+RESULTS=decode-results.txt
+if [ "${DECODE_KDA:-0}" = 1 ]; then
+    KDA_ARG=(--kda)
+    RESULTS=decode-kda-results.txt
+fi
 export PYTHONPATH=.peers/fla${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 
@@ -49,9 +57,9 @@ if [ "${DECODE_SKIP_TESTS:-0}" != 1 ]; then
     tests_rc=${PIPESTATUS[0]}
     tail -1 "$OUT/tests.log"
 
-    step "compute-sanitizer memcheck (pools, bad device indices, gating, extreme gates, options)"
+    step "compute-sanitizer memcheck (pools, bad device indices, gating, extreme gates, options; GDN and KDA)"
     compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" pool_decode bad_device gating extreme_gates options \
-        > "$OUT/memcheck.log" 2>&1
+        kda_pools kda_options > "$OUT/memcheck.log" 2>&1
     san_rc=$?
     grep -E "ERROR SUMMARY|passed|Invalid" "$OUT/memcheck.log" | head -10
 fi
@@ -62,7 +70,7 @@ if [ "${DECODE_NO_BENCH:-0}" = 1 ]; then
 fi
 
 step "bench (libgdn)"
-"$BENCH" --tsv "$OUT/decode_ours.tsv" 2>&1 | tee "$OUT/bench_ours.log"
+"$BENCH" "${KDA_ARG[@]}" --tsv "$OUT/decode_ours.tsv" 2>&1 | tee "$OUT/bench_ours.log"
 bench_rc=${PIPESTATUS[0]}
 if [ "${DECODE_VARIANTS:-0}" = 1 ]; then
     step "tile sweeps (dev/decode/decode_sweeps --variants)"
@@ -75,13 +83,14 @@ step "bench (FLA) and merged table"
     echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
     echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "# commit: ${DECODE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "# command: bash scripts/device_decode.sh (DECODE_VARIANTS=${DECODE_VARIANTS:-0})"
+    echo "# command: bash scripts/device_decode.sh (DECODE_VARIANTS=${DECODE_VARIANTS:-0} DECODE_KDA=${DECODE_KDA:-0})"
     echo "# tests: rc=$tests_rc ($(tail -1 "$OUT/tests.log" 2>/dev/null)); memcheck: rc=$san_rc ($(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log" 2>/dev/null))"
     echo "# shape: H=16 HV=32 K=V=128, bf16 q/k/v, q/k l2 norm and gating in-kernel, VK state pool updated in place"
+    echo "# gates: $([ "${DECODE_KDA:-0}" = 1 ] && echo "KDA (a [B, T, HV, K], dt_bias [HV, K]; FLA: fused_recurrent_kda)" || echo GDN)"
     grep -E "^copy ceiling|^check" "$OUT/bench_ours.log"
-    python3 bench/fla_decode.py --ours "$OUT/decode_ours.tsv" --tsv "$OUT/decode_fla.tsv" 2> "$OUT/fla.err" | grep -v "^fla f32"
+    python3 bench/fla_decode.py "${KDA_ARG[@]}" --ours "$OUT/decode_ours.tsv" --tsv "$OUT/decode_fla.tsv" 2> "$OUT/fla.err" | grep -v "^fla f32"
     grep -A14 "^variants" "$OUT/bench_ours.log"
-} > "$OUT/decode-results.txt"
+} > "$OUT/$RESULTS"
 tail -n 80 "$OUT/fla.err"
-cat "$OUT/decode-results.txt"
+cat "$OUT/$RESULTS"
 echo "tests rc=$tests_rc memcheck rc=$san_rc bench rc=$bench_rc"

@@ -8,7 +8,8 @@
  * sequences too), GVA, K / V in {64, 128, 256}, bf16 / f16 / f32 inputs, f32 / bf16 states, both
  * state layouts, in-kernel l2 norm and gating or precomputed g / beta, step_states, state pools
  * with 1-D / 2-D indices, num_accepted_tokens, in-place writes, padded slots and skipped slots,
- * q / k sliced from a fused projection, out-of-range device indices, CUDA graph capture.
+ * q / k sliced from a fused projection, out-of-range device indices, CUDA graph capture. KDA gates
+ * (a log decay per key channel) through the same cases: the kda_* tests.
  * Without a usable GPU it exits with TU_EXIT_SKIPPED (ctest: skipped).
  *   build/tests/test_cuda_recurrent [name-substring ...]
  */
@@ -82,6 +83,8 @@ typedef struct opts {
     int initial_state, l2norm, raw_gates, allow_neg_eigval, steps;
     int extreme_gates; /* overwrite g (raw_gates = 0) with the patterns of set_extreme_gates */
     float scale;
+    gdn_gate_kind kind;
+    float lower_bound; /* KDA with raw gates: FLA's safe gate */
 } opts;
 
 static void run_case(const opts *o, uint64_t seed)
@@ -100,7 +103,8 @@ static void run_case(const opts *o, uint64_t seed)
     cfg.beta_dtype = o->beta_dtype;
     cfg.state_dtype = o->state_dtype;
     cfg.layout = o->layout;
-    cfg.kind = GDN_GATE_GDN;
+    cfg.kind = o->kind;
+    cfg.lower_bound = o->lower_bound;
     cfg.initial_state = o->initial_state;
     cfg.l2norm = o->l2norm;
     cfg.raw_gates = o->raw_gates;
@@ -127,16 +131,18 @@ static void run_case(const opts *o, uint64_t seed)
     if (o->steps)
         a.step_states = tu_case_state(&c, steps, k->state_dtype, k->B * k->T);
 
-    char what[200];
-    snprintf(what, sizeof what, "B%lld T%lld%s H%lld HV%lld K%lld V%lld %s state %s %s%s%s%s%s", (long long)k->B,
-             (long long)k->T, o->nseq ? " varlen" : "", (long long)k->H, (long long)k->HV, (long long)k->K,
+    char what[240];
+    snprintf(what, sizeof what, "%sB%lld T%lld%s H%lld HV%lld K%lld V%lld %s state %s %s%s%s%s%s",
+             o->kind == GDN_GATE_KDA ? "KDA " : "", (long long)k->B, (long long)k->T, o->nseq ? " varlen" : "", (long long)k->H, (long long)k->HV, (long long)k->K,
              (long long)k->V, dtn(k->dtype), dtn(k->state_dtype), k->layout == GDN_STATE_VK ? "VK" : "KV",
              o->l2norm ? " l2" : "", o->raw_gates ? " raw-gates" : "", o->initial_state ? " h0" : "",
              o->steps ? " steps" : "");
     if (o->extreme_gates)
         snprintf(what + strlen(what), sizeof what - strlen(what), " extreme-gates");
+    if (o->lower_bound < 0.0f)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " lower_bound %g", (double)o->lower_bound);
     if (tu_expect(run_cuda(a) == GDN_OK, "%s: call failed", what)) {
-        char w[240];
+        char w[280];
         snprintf(w, sizeof w, "%s: o", what);
         /* a bf16 state is rounded when it leaves registers: every 8 tokens on the fast path */
         double to = tol_o(k->dtype);
@@ -262,13 +268,11 @@ static int test_options(void)
  * the CUDA-core kernels folds back into the state; the tensor-core path's decay products reach
  * 0), over several chunks of tokens, every path, both state dtypes, with and without per-step
  * states. */
-static int test_extreme_gates(void)
+static void extreme_gates_cases(gdn_gate_kind kind, uint64_t seed)
 {
-    if (!need_gpu())
-        return TU_SKIP;
-    uint64_t seed = g_seed + 1500;
     for (int v = 0; v < 12; v++) {
         opts o = base_opts();
+        o.kind = kind;
         o.raw_gates = 0;
         o.extreme_gates = 1;
         o.T = v % 2 ? 37 : 9;
@@ -280,6 +284,13 @@ static int test_extreme_gates(void)
             o.K = o.V = 64;
         run_case(&o, seed++);
     }
+}
+
+static int test_extreme_gates(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    extreme_gates_cases(GDN_GATE_GDN, g_seed + 1500);
     return TU_PASS;
 }
 
@@ -431,21 +442,21 @@ static int test_multi_token_paths(void)
 /* State pools                                                                                 */
 
 /* One pool call (tu_pool_run, which test_state_pool.c runs on the CPU) on bf16 inputs, H = 2,
- * HV = 4, V = 128, in-kernel gating. */
-static void run_pool(const tu_pool_spec *s, int64_t K, uint64_t seed)
+ * HV = 4, V = 128, in-kernel gating of the given kind (KDA: with lower_bound on odd seeds). */
+static void run_pool(const tu_pool_spec *s, int64_t K, uint64_t seed, gdn_gate_kind kind)
 {
     tu_case_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.H = 2, cfg.HV = 4, cfg.K = K, cfg.V = 128;
     cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32;
     cfg.l2norm = 1, cfg.raw_gates = 1;
+    cfg.kind = kind;
+    cfg.lower_bound = kind == GDN_GATE_KDA && seed % 2 ? -5.0f : 0.0f;
     tu_pool_run(s, &cfg, seed, run_cuda, tol_o(cfg.dtype), tol_state(s->state_dtype));
 }
 
-static int test_pool_decode(void)
+static void pool_decode_cases(gdn_gate_kind kind, uint64_t seed)
 {
-    if (!need_gpu())
-        return TU_SKIP;
     for (int v = 0; v < 8; v++) {
         tu_pool_spec s;
         memset(&s, 0, sizeof s);
@@ -467,15 +478,20 @@ static int test_pool_decode(void)
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
         s.state_dtype = v == 1 || v == 7 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = v == 4 ? 6 : 40; /* 6: slots not 16-byte aligned, the element-wise path */
-        run_pool(&s, v == 2 ? 64 : 128, g_seed + 4000 + (uint64_t)v);
+        run_pool(&s, v == 2 ? 64 : 128, seed + (uint64_t)v, kind);
     }
-    return TU_PASS;
 }
 
-static int test_pool_spec_verify(void)
+static int test_pool_decode(void)
 {
     if (!need_gpu())
         return TU_SKIP;
+    pool_decode_cases(GDN_GATE_GDN, g_seed + 4000);
+    return TU_PASS;
+}
+
+static void pool_spec_verify_cases(gdn_gate_kind kind, uint64_t seed)
+{
     static const int32_t idx[6][4] = {
         {1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, -1, 12}, /* a negative per-step slot skips one write */
         {13, 14, 15, 16}, {17, -1, 19, 20}, {21, 22, 99, 23}, /* 99 >= P skips one write */
@@ -502,8 +518,15 @@ static int test_pool_spec_verify(void)
         s.layout = v == 2 ? GDN_STATE_KV : GDN_STATE_VK;
         s.state_dtype = v == 1 || v == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         s.pad = 32;
-        run_pool(&s, 128, g_seed + 5000 + (uint64_t)v);
+        run_pool(&s, 128, seed + (uint64_t)v, kind);
     }
+}
+
+static int test_pool_spec_verify(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    pool_spec_verify_cases(GDN_GATE_GDN, g_seed + 5000);
     return TU_PASS;
 }
 
@@ -546,18 +569,17 @@ static int test_pool_verify_many_heads(void)
 
 /* Device index tensors the host cannot check: cu_seqlens out of order and out of range, huge
  * and negative slots. The call must stay in bounds (compute-sanitizer runs this test). */
-static int test_bad_device_indices(void)
+static void bad_device_indices_case(gdn_gate_kind kind, uint64_t seed)
 {
-    if (!need_gpu())
-        return TU_SKIP;
     int32_t lens[4] = {2, 3, 1, 2};
     tu_case_config cfg;
     memset(&cfg, 0, sizeof cfg);
+    cfg.kind = kind;
     cfg.nseq = 4;
     memcpy(cfg.seqlens, lens, sizeof lens);
     cfg.H = 2, cfg.HV = 4, cfg.K = 128, cfg.V = 128;
     cfg.dtype = GDN_DTYPE_BF16, cfg.beta_dtype = GDN_DTYPE_F32, cfg.state_dtype = GDN_DTYPE_F32;
-    cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1, cfg.seed = g_seed + 6000;
+    cfg.layout = GDN_STATE_VK, cfg.initial_state = 1, cfg.l2norm = 1, cfg.raw_gates = 1, cfg.seed = seed;
     tu_case c;
     tu_case_init(&c, &cfg);
     int32_t bad_cu[5] = {0, 7, 3, -5, 1000};
@@ -574,9 +596,17 @@ static int test_bad_device_indices(void)
     a.state_indices = TU_TENSOR(idx, GDN_DTYPE_I32, 4, 2);
     a.num_accepted_tokens = TU_TENSOR(nat, GDN_DTYPE_I32, 4);
     a.inplace_state = 1;
-    tu_expect(run_cuda(a) == GDN_OK, "garbage device indices: the call must still succeed");
+    tu_expect(run_cuda(a) == GDN_OK, "%sgarbage device indices: the call must still succeed",
+              kind == GDN_GATE_KDA ? "KDA " : "");
     free(pool);
     tu_case_free(&c);
+}
+
+static int test_bad_device_indices(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    bad_device_indices_case(GDN_GATE_GDN, g_seed + 6000);
     return TU_PASS;
 }
 
@@ -627,6 +657,153 @@ static int test_graph_capture(void)
         free(ht_ref);
         tu_case_free(&c);
     }
+    return TU_PASS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KDA gates (a log decay per key channel): both CUDA-core paths and the tensor-core path       */
+
+/* The gate options of KDA case v: precomputed g and beta, in-kernel softplus gate with beta from
+ * logits, or FLA's safe gate (lower_bound -5 or -1). */
+static void kda_gates(opts *o, int v)
+{
+    o->kind = GDN_GATE_KDA;
+    o->raw_gates = v % 3 != 0;
+    o->lower_bound = v % 3 == 2 ? (v % 2 ? -1.0f : -5.0f) : 0.0f;
+}
+
+/* The head counts of KDA models and their tensor-parallel shards (Kimi Linear 32, Kimi K3 96 and
+ * TP8's 12, 64, 4), GVA ratios 1 to 4, K = V = 128 and 64, T = 1, 2, 4, 8 and 19 (three chunks of
+ * staged tokens), both layouts and state dtypes. */
+static int test_kda_heads(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9000;
+    static const int64_t hv_h[][2] = {{4, 1}, {12, 4}, {32, 16}, {64, 64}, {96, 32}};
+    static const int64_t Ts[] = {1, 2, 4, 8, 19};
+    for (int ki = 0; ki < 2; ki++) {
+        for (int hi = 0; hi < 5; hi++) {
+            opts o = base_opts();
+            o.B = 2;
+            o.K = o.V = ki ? 64 : 128;
+            o.HV = hv_h[hi][0], o.H = hv_h[hi][1];
+            o.T = Ts[(hi + ki) % 5];
+            kda_gates(&o, hi + 2 * ki);
+            o.layout = (hi + ki) % 2 ? GDN_STATE_KV : GDN_STATE_VK;
+            o.state_dtype = hi == 3 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+            run_case(&o, seed++);
+        }
+    }
+    return TU_PASS;
+}
+
+/* Every token count of speculative verify and a longer call on HV = 32, each gate option, both
+ * layouts and state dtypes, per-step states on half of them (without, on VK states from 4 tokens
+ * on: the tensor-core path, T = 19 in three chunks); K = 64 with V = 128 (two row passes). */
+static int test_kda_tokens(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9100;
+    static const int64_t Ts[] = {1, 2, 3, 4, 8, 19};
+    for (int li = 0; li < 2; li++) {
+        for (int si = 0; si < 2; si++) {
+            for (int ti = 0; ti < 6; ti++) {
+                opts o = base_opts();
+                o.H = 16, o.HV = 32;
+                o.T = Ts[ti];
+                kda_gates(&o, ti + li);
+                o.layout = li ? GDN_STATE_KV : GDN_STATE_VK;
+                o.state_dtype = si ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+                o.steps = (ti + si) % 2 == 1;
+                if (ti == 5 && si == 0)
+                    o.K = 64;
+                run_case(&o, seed++);
+            }
+        }
+    }
+    return TU_PASS;
+}
+
+/* Norm, scale, initial state, beta dtype, input dtype and neg-eigval options, K = 256, varlen
+ * calls with empty sequences and with T <= N. */
+static int test_kda_options(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9200;
+    static const gdn_dtype dts[] = {GDN_DTYPE_BF16, GDN_DTYPE_F16, GDN_DTYPE_F32};
+    for (int v = 0; v < 12; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.T = 1 + v % 5;
+        o.l2norm = v % 2;
+        o.allow_neg_eigval = o.raw_gates && v % 4 == 1;
+        o.initial_state = v % 3 != 1;
+        o.beta_dtype = v % 5 == 0 ? GDN_DTYPE_BF16 : v % 5 == 1 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
+        o.dtype = dts[v % 3];
+        o.scale = v % 7 == 0 ? 0.3f : 0.0f;
+        o.layout = v & 4 ? GDN_STATE_KV : GDN_STATE_VK;
+        o.state_dtype = v % 6 == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        if (v >= 10)
+            o.K = o.V = 256;
+        run_case(&o, seed++);
+    }
+    static const int32_t lens[][6] = {{3, 0, 5, 1, 8, 2}, {17, 4, 0, 0, 9, 1}, {1, 1, 0, 1, 1, 1}};
+    for (int v = 0; v < 6; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.nseq = 6;
+        memcpy(o.seqlens, lens[v % 3], sizeof lens[0]);
+        o.layout = v < 3 ? GDN_STATE_VK : GDN_STATE_KV;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.steps = v % 3 == 1;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* Decays of 0 (g = -inf, -1e4), 1 (g = 0) and between, per key, over several chunks of tokens:
+ * finite and accurate with the state's keys wiped and kept side by side. */
+static int test_kda_extreme_gates(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    extreme_gates_cases(GDN_GATE_KDA, g_seed + 9300);
+    return TU_PASS;
+}
+
+/* Grids of many CTAs (launched with and without programmatic dependent launch): 64 x 32 and
+ * 160 x 32 (sequence, value head) pairs at T = 1, 40 x 32 at T = 4 and 8, both state dtypes. */
+static int test_kda_many_pairs(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9400;
+    for (int v = 0; v < 6; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.H = 16, o.HV = 32;
+        o.B = v < 2 ? 64 : v < 4 ? 160 : 40;
+        o.T = v < 4 ? 1 : v == 4 ? 4 : 8;
+        if (v == 2 || v == 3)
+            o.K = o.V = 64;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
+/* State pools with KDA gates: the decode and verify cases of the GDN pool tests (slots, padding,
+ * null slot, num_accepted_tokens, per-step slots, in place). */
+static int test_kda_pools(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    pool_decode_cases(GDN_GATE_KDA, g_seed + 9500);
+    pool_spec_verify_cases(GDN_GATE_KDA, g_seed + 9600);
+    bad_device_indices_case(GDN_GATE_KDA, g_seed + 9700);
     return TU_PASS;
 }
 
@@ -725,6 +902,12 @@ int main(int argc, char **argv)
         {"bad_device_indices", test_bad_device_indices},
         {"graph_capture", test_graph_capture},
         {"gating", test_gating},
+        {"kda_heads", test_kda_heads},
+        {"kda_tokens", test_kda_tokens},
+        {"kda_options", test_kda_options},
+        {"kda_extreme_gates", test_kda_extreme_gates},
+        {"kda_many_pairs", test_kda_many_pairs},
+        {"kda_pools", test_kda_pools},
     };
     const char *why = tu_cuda_unavailable();
     if (why) {

@@ -1195,16 +1195,20 @@ void tu_chunk_pool_specs(int variant, tu_pool_spec *s)
 /* Log decays that push the kernels to their limits (decode's running decay scale, prefill's floor
  * on g): per value head, hv % 4 == 0 cycles through g = -inf (exp(g) = 0), -60, -15, -3, -0.5,
  * -1e-4 and 0; 1 and 2 hold g = -3 and -1.5 for every token (the product of the decays leaves
- * [2^-20, 1] after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. */
+ * [2^-20, 1] after 5 and 10 tokens); 3 keeps the drawn logsigmoid gates. KDA: the same per key
+ * channel r, the cycle shifted by r and holding -1e4 as well, so that every token mixes keys
+ * that are wiped, kept whole and in between. */
 void tu_case_set_extreme_gates(tu_case *c)
 {
     static const double cyc[] = {-INFINITY, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0};
+    static const double cyc_kda[] = {-INFINITY, -1e4, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0};
     const tu_case_config *k = &c->c;
-    for (int64_t i = 0; i < k->B * k->T * k->HV; i++) {
-        const int64_t hv = i % k->HV, tok = i / k->HV;
+    const int64_t nr = k->kind == GDN_GATE_KDA ? k->K : 1;
+    for (int64_t i = 0; i < k->B * k->T * k->HV * nr; i++) {
+        const int64_t r = i % nr, hv = (i / nr) % k->HV, tok = i / (nr * k->HV);
         double g = c->g64[i];
         if (hv % 4 == 0)
-            g = cyc[(tok + hv / 4) % 7];
+            g = nr > 1 ? cyc_kda[(tok + hv / 4 + r) % 8] : cyc[(tok + hv / 4) % 7];
         else if (hv % 4 == 1)
             g = -3.0;
         else if (hv % 4 == 2)

@@ -217,7 +217,8 @@ typedef struct tu_case {
 
 void tu_case_init(tu_case *c, const tu_case_config *cfg);
 /* Overwrites the precomputed gates (raw_gates = 0) with extreme patterns: per value head, hv % 4 == 0
- * cycles g = -inf, -60, -15, -3, -0.5, -1e-4, 0; 1 and 2 hold -3 and -1.5; 3 keeps its draw. */
+ * cycles g = -inf, -60, -15, -3, -0.5, -1e-4, 0; 1 and 2 hold -3 and -1.5; 3 keeps its draw. KDA: per
+ * key channel, the cycle shifted by the key and holding -1e4 too. */
 void tu_case_set_extreme_gates(tu_case *c);
 void tu_case_free(tu_case *c);
 /* Poisons c->o and c->ht. */

@@ -290,8 +290,8 @@ def _recurrent_instead(fn, q, kind):
     """Whether a chunked forward runs on the recurrent kernel, decided from dtype and shape before
     any call: the CUDA chunk kernel takes 16-bit inputs with K = 64 or 128, so on CUDA float32
     inputs and K = 256 go to the recurrent kernel (the same recurrence token by token: same
-    results, slower on long prompts), with one warning per process. KDA gates are supported on no
-    CUDA kernel yet: they stay on the chunk op, whose error says so."""
+    results, slower on long prompts), with one warning per process. KDA gates stay on the chunk
+    op, whose error says that its CUDA kernel takes none yet."""
     if q.device.type != "cuda" or kind != C.GDN_GATE_GDN:
         return False
     if q.dtype == torch.float32:

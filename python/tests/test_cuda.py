@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import libgdn
 from conftest import DEVICES
 from libgdn import _capi
-from reference import rel_err
+from reference import recurrence, rel_err
 
 pytestmark = pytest.mark.skipif("cuda" not in DEVICES, reason="needs a GPU and the CUDA backend")
 
@@ -89,6 +89,47 @@ def test_graph_pool_decode():
         torch.cuda.synchronize()
         assert rel_err(o_graph, o_eager) < 1e-6
         assert rel_err(after_graph, pool) < 1e-6
+
+
+def test_graph_kda_pool_decode():
+    """KDA decode (in-kernel safe gate, beta from logits) on a state pool, captured once and
+    replayed on new inputs; the eager call matches the float64 recurrence."""
+    N, P = 16, 40
+    static = dict(q=torch.randn(N, 1, H, K, device="cuda", dtype=torch.bfloat16),
+                  k=torch.randn(N, 1, H, K, device="cuda", dtype=torch.bfloat16),
+                  v=torch.randn(N, 1, HV, V, device="cuda", dtype=torch.bfloat16),
+                  a=torch.randn(N, 1, HV, K, device="cuda", dtype=torch.bfloat16),
+                  b=torch.randn(N, 1, HV, device="cuda", dtype=torch.bfloat16),
+                  slots=torch.randperm(P, device="cuda")[:N].to(torch.int32))
+    A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV * K, device="cuda")
+    pool = torch.randn(P, HV, V, K, device="cuda")
+
+    def step():
+        o, _ = libgdn.fused_recurrent_kda(
+            static["q"], static["k"], static["v"], static["a"], static["b"], A_log=A_log, dt_bias=dt_bias,
+            initial_state=pool, ssm_state_indices=static["slots"], use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True, state_v_first=True)
+        return o
+
+    graph, o_static = capture(step)
+    for _ in range(3):
+        for name, t in static.items():
+            t.copy_(torch.randperm(P, device="cuda")[:N].to(torch.int32) if name == "slots"
+                    else torch.randn(t.shape, device="cuda").to(t.dtype))
+        start = pool.clone()
+        graph.replay()
+        after_graph, o_graph = pool.clone(), o_static.clone()
+        pool.copy_(start)
+        o_eager = step()
+        torch.cuda.synchronize()
+        assert rel_err(o_graph, o_eager) < 1e-6
+        assert rel_err(after_graph, pool) < 1e-6
+        slots = static["slots"].long()
+        g = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * (static["a"].double() + dt_bias.double().view(HV, K)))
+        ref_o, ref_h, _ = recurrence(static["q"], static["k"], static["v"], g, torch.sigmoid(static["b"].double()),
+                                     h0=start[slots].transpose(-1, -2), use_qk_l2norm=True)
+        assert rel_err(o_eager, ref_o) < 6e-3
+        assert rel_err(pool[slots].transpose(-1, -2), ref_h) < 2e-5
 
 
 def test_graph_chunk_prefill():

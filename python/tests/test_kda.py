@@ -76,3 +76,44 @@ def test_kda_errors(device):
         libgdn.fused_recurrent_kda(q, q, v, q, beta, use_gate_in_kernel=True)
     with pytest.raises(ValueError, match=r"lower_bound = -7 must be in \[-5, 0\)"):
         libgdn.fused_recurrent_kda(q, q, v, q, beta, use_gate_in_kernel=True, A_log=beta[0, 0], lower_bound=-7.0)
+
+
+@pytest.mark.parametrize("HV,H,K,T", [(32, 16, 128, 1), (96, 32, 128, 4), (12, 4, 64, 8), (4, 1, 64, 19)])
+def test_kda_spec_verify(device, gen, HV, H, K, T):
+    """Speculative verify with KDA gates: 2-D slots, num_accepted_tokens picking the start slot
+    (one sequence skipped by 0 accepted), per-token states written to the pool in place; raw gates
+    with lower_bound and beta from logits on half the shapes."""
+    N, V, P = 3, K, 4 * T + 2
+    q, k, v, g, beta = make_inputs(N, T, H, HV, K, V, torch.bfloat16, "cpu", kda=True, gen=gen)
+    pool = torch.randn(P, HV, V, K, generator=gen) * 0.5
+    idx = torch.arange(1, N * T + 1, dtype=torch.int32).view(N, T)
+    nat = torch.tensor([T, 0, 1], dtype=torch.int32)
+    raw = T % 2 == 0
+    kw = {}
+    ref_g, ref_beta, g_in, beta_in = g, beta, g, beta
+    if raw:
+        a = torch.randn(N, T, HV, K, generator=gen) * 2
+        A_log = torch.rand(HV, generator=gen) - 0.5
+        dt_bias = torch.randn(HV, K, generator=gen)
+        blog = torch.randn(N, T, HV, generator=gen)
+        ref_g = -1.0 * torch.sigmoid(A_log.double().exp()[:, None] * (a.double() + dt_bias.double()))
+        ref_beta, g_in, beta_in = torch.sigmoid(blog.double()), a, blog
+        kw = dict(use_gate_in_kernel=True, A_log=A_log.to(device), dt_bias=dt_bias.to(device), lower_bound=-1.0,
+                  use_beta_sigmoid_in_kernel=True)
+    pool_dev = pool.clone().to(device)
+    o, ret = libgdn.fused_recurrent_kda(q.to(device), k.to(device), v.to(device), g_in.to(device),
+                                        beta_in.to(device), initial_state=pool_dev, state_v_first=True,
+                                        ssm_state_indices=idx.to(device), num_accepted_tokens=nat.to(device),
+                                        use_qk_l2norm_in_kernel=True, **kw)
+    assert ret is pool_dev
+    assert (o[1] == 0).all()
+    for n in (0, 2):
+        h0 = pool[int(idx[n, nat[n] - 1])].transpose(-1, -2)[None]
+        ref_o, _, steps = recurrence(q[n:n + 1], k[n:n + 1], v[n:n + 1], ref_g[n:n + 1], ref_beta[n:n + 1], h0=h0,
+                                     use_qk_l2norm=True)
+        assert rel_err(o[n:n + 1], ref_o) < 6e-3
+        for t in range(T):
+            assert rel_err(ret[int(idx[n, t])].transpose(-1, -2), steps[t]) < 2e-5
+    untouched = [s for s in range(P) if s == 0 or s > N * T or T + 1 <= s <= 2 * T]  # seq 1 is skipped
+    for s in untouched:
+        assert torch.equal(ret[s].cpu(), pool[s])

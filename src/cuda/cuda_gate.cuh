@@ -23,6 +23,17 @@ __device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_
 
 __device__ __forceinline__ float gate_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* KDA log decay of one key channel from a + dt_bias: with a lower bound L < 0 (FLA's safe gate)
+ * L sigmoid(exp(A_log) (a + dt_bias)), in (L, 0); without (L = 0) the GDN formula. GDN passes
+ * L = 0. */
+__device__ __forceinline__ float gate_log_decay_kda(float a, float dt_bias, float A_log, float lower_bound,
+                                                    float beta_sp, float threshold)
+{
+    if (lower_bound < 0.0f)
+        return lower_bound * gate_sigmoid(expf(A_log) * (a + dt_bias));
+    return gate_log_decay(a, dt_bias, A_log, beta_sp, threshold);
+}
+
 /* Write strength from its logit: sigmoid, doubled where negative eigenvalues are allowed. */
 __device__ __forceinline__ float gate_beta(float logit, int allow_neg_eigval)
 {

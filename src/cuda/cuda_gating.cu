@@ -39,11 +39,10 @@ __global__ void gating_kernel(const GatingParams p)
         const int64_t t = (i / (p.K * p.HV)) % p.T;
         const int64_t b = i / (p.K * p.HV * p.T);
 
-        const float x = load_elem(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2] + r * p.a_s[3]) +
-                        (p.dt_bias ? p.dt_bias[hv * p.dt_s[0] + r * p.dt_s[1]] : 0.0f);
-        const float A = expf(p.A_log[hv]);
-        const float g = p.lower_bound < 0.0f ? p.lower_bound * gate_sigmoid(A * x)
-                                             : -A * gate_softplus(x, p.softplus_beta, p.softplus_threshold);
+        const float x = load_elem(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2] + r * p.a_s[3]);
+        const float dt = p.dt_bias ? p.dt_bias[hv * p.dt_s[0] + r * p.dt_s[1]] : 0.0f;
+        const float g =
+            gate_log_decay_kda(x, dt, p.A_log[hv], p.lower_bound, p.softplus_beta, p.softplus_threshold);
         p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2] + r * p.g_s[3]] = g;
 
         if (p.b && r == 0) {

@@ -1,12 +1,14 @@
 /*
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
- * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by head dim, state
- * dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
+ * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by gate kind, head dim,
+ * state dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
  * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
  * path (KV layout, unaligned strides); on the bulk-copy views, multi-token calls go to the
  * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
  * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
  * programmatic stream serialization where that pays (tma_use_pdl).
+ * KDA gates (a decay per key) take the same paths by the same rules, as instances with KDA = true
+ * (the per-key decays staged in shared memory; sm90_recurrent_kernel.cuh, sm90_recurrent_mma.cuh).
  */
 #include "cuda_common.cuh"
 #include "sm90_recurrent_launch.cuh"
@@ -26,7 +28,7 @@ bool state_view_vec(const gdn_view &v, int64_t ve)
 }
 
 /* The generic path: state rows element by element, straight to registers. */
-template <int K, typename StateT, typename InT, bool VEC>
+template <int K, typename StateT, typename InT, bool VEC, bool KDA>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
@@ -39,7 +41,7 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
         warps = (int)warps_per_head;
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
                     (unsigned)(p->N < 65535 ? p->N : 65535));
-    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC, KDA><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
@@ -72,25 +74,28 @@ gdn_status launch_tile_kernel(Kernel kernel, const RecurrentParams &prm, const g
 }
 
 /* The fast path: bulk copies of whole rows into a shared-memory tile. */
-template <int K, typename StateT, typename InT> gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
-    const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL>(), "gdn_recurrent_fwd: carveout");
+    const gdn_status st =
+        gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, KDA>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>, prm, p,
-                              tma_tile<K, StateT>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL), 0);
+    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA>, prm, p,
+                              tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL), 0);
 }
 
 /* The tensor-core path (multi-token calls). */
-template <int K, typename StateT, typename InT> gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
 {
     const gdn_status st =
-        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT>(), "gdn_recurrent_fwd: shared memory attributes");
+        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA>(), "gdn_recurrent_fwd: shared memory attributes");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT>, prm, p, mma_tile<K, StateT>(p->N, p->HV, p->V),
-                              mma_smem_bytes<K, StateT>());
+    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>, prm, p,
+                              mma_tile<K, StateT>(p->N, p->HV, p->V), mma_smem_bytes<K, StateT, KDA>());
 }
 
 /* The tensor-core path takes calls of at least 8 tokens per sequence, at least 4 from 128
@@ -108,36 +113,37 @@ inline bool use_mma_path(const RecurrentParams &prm, const gdn_problem *p)
     return enough && p->K <= 128 && !prm.step_states && !(prm.inplace_state && prm.idx_2d);
 }
 
-template <int K, typename StateT, typename InT> gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int VE = 16 / sizeof(StateT);
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
     if (!vec)
-        return launch_generic<K, StateT, InT, false>(prm, p);
+        return launch_generic<K, StateT, InT, false, KDA>(prm, p);
     if constexpr (K <= 128) {
         if (use_mma_path(prm, p))
-            return launch_mma<K, StateT, InT>(prm, p);
+            return launch_mma<K, StateT, InT, KDA>(prm, p);
     }
-    return launch_tma<K, StateT, InT>(prm, p);
+    return launch_tma<K, StateT, InT, KDA>(prm, p);
 }
 
-template <int K, typename StateT> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, bool KDA> gdn_status dispatch_input(const RecurrentParams &prm, const gdn_problem *p)
 {
     switch (p->q.dtype) {
-    case GDN_DTYPE_BF16: return dispatch_path<K, StateT, __nv_bfloat16>(prm, p);
-    case GDN_DTYPE_F16: return dispatch_path<K, StateT, __half>(prm, p);
-    case GDN_DTYPE_F32: return dispatch_path<K, StateT, float>(prm, p);
+    case GDN_DTYPE_BF16: return dispatch_path<K, StateT, __nv_bfloat16, KDA>(prm, p);
+    case GDN_DTYPE_F16: return dispatch_path<K, StateT, __half, KDA>(prm, p);
+    case GDN_DTYPE_F32: return dispatch_path<K, StateT, float, KDA>(prm, p);
     default:
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA inputs must be f32, bf16 or f16");
     }
 }
 
-template <int K> gdn_status dispatch_state(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, bool KDA> gdn_status dispatch_state(const RecurrentParams &prm, const gdn_problem *p)
 {
     switch (p->state_dtype) {
-    case GDN_DTYPE_F32: return dispatch_input<K, float>(prm, p);
-    case GDN_DTYPE_BF16: return dispatch_input<K, __nv_bfloat16>(prm, p);
+    case GDN_DTYPE_F32: return dispatch_input<K, float, KDA>(prm, p);
+    case GDN_DTYPE_BF16: return dispatch_input<K, __nv_bfloat16, KDA>(prm, p);
     default: return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA state dtype must be f32 or bf16");
     }
 }
@@ -150,12 +156,10 @@ extern "C" size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p)
     return 0;
 }
 
-/* The CUDA recurrent path's limits: GDN gates, K and V = 64, 128 or 256, f32 / bf16 / f16 inputs,
- * f32 or bf16 states, HV within a grid dimension. */
+/* The CUDA recurrent path's limits: GDN and KDA gates, K and V = 64, 128 or 256, f32 / bf16 / f16
+ * inputs, f32 or bf16 states, HV within a grid dimension. */
 extern "C" gdn_status gdn_cuda_recurrent_fwd_check(const gdn_problem *p)
 {
-    if (p->gate_kind != GDN_GATE_GDN)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: the CUDA backend supports GDN gates only");
     if (p->K != 64 && p->K != 128 && p->K != 256)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: head dim K = %lld (CUDA recurrent path: 64, 128 or 256)",
                              (long long)p->K);
@@ -232,11 +236,16 @@ extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     prm.num_accepted_tokens = p->num_accepted_tokens;
     prm.inplace_state = p->inplace_state && p->state_indices;
     prm.null_slot_zero = p->null_slot_zero;
+    prm.g_sr = p->g.s[3];
+    prm.a_sr = p->a.s[3];
+    prm.dt_sr = p->dt_bias.s[1];
+    prm.lower_bound = p->lower_bound;
 
+    const bool kda = p->gate_kind == GDN_GATE_KDA;
     switch (p->K) {
-    case 64: return dispatch_state<64>(prm, p);
-    case 128: return dispatch_state<128>(prm, p);
-    case 256: return dispatch_state<256>(prm, p);
+    case 64: return kda ? dispatch_state<64, true>(prm, p) : dispatch_state<64, false>(prm, p);
+    case 128: return kda ? dispatch_state<128, true>(prm, p) : dispatch_state<128, false>(prm, p);
+    case 256: return kda ? dispatch_state<256, true>(prm, p) : dispatch_state<256, false>(prm, p);
     default:
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_recurrent_fwd: CUDA head dim K = %lld (supported: 64, 128, 256)",
                              (long long)p->K);

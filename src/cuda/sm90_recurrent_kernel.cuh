@@ -1,6 +1,6 @@
 /*
  * sm90_recurrent_kernel.cuh - the recurrent forward kernel template (decode / multi-token verify,
- * GDN gates). Launched by sm90_recurrent_fwd.cu (rules in sm90_recurrent_launch.cuh);
+ * GDN and KDA gates). Launched by sm90_recurrent_fwd.cu (rules in sm90_recurrent_launch.cuh);
  * dev/decode/decode_sweeps.cu launches it directly with tiles the launcher does not pick.
  *
  * Memory-bound at T = 1: every call reads and writes each touched state (K x V per value head).
@@ -13,6 +13,8 @@
  *     while the state is on its way;
  *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
  *     into S~ when it leaves [2^-20, 2^20]), so per token and element the update is one FMA;
+ *     KDA (KDA = true) decays each key by its own exp(g), staged per token in shared memory
+ *     (KdaStage), so each lane multiplies its keys of the state (c stays 1);
  *   - per token, the 8 lanes of a group reduce both dots of the old state, S~^T k by a butterfly
  *     (every lane needs u) and S~^T q by a reduce-scatter to the lane that writes o:
  *         o = S_new^T q = ce * (S~^T q) + u * (k . q),   u = beta * (v - ce * (S~^T k)),  ce = c * e,
@@ -27,6 +29,8 @@
  */
 #ifndef GDN_SM90_RECURRENT_KERNEL_CUH
 #define GDN_SM90_RECURRENT_KERNEL_CUH
+
+#include <type_traits>
 
 #include "sm90_recurrent_util.cuh"
 
@@ -56,6 +60,19 @@ template <int K, int ROWS_PER_CTA> struct TokenStage {
     float kq[TOKEN_CHUNK];
 };
 
+/* KDA's stage: TokenStage plus the decays exp(g_t) of every key, computed once per token by the
+ * staging warp and read by each lane at its own keys (e and kq of TokenStage: e is unused). The
+ * kernels pick it by their KDA parameter; stage_token and token_step by the stage type. */
+template <int K, int ROWS_PER_CTA> struct KdaStage : TokenStage<K, ROWS_PER_CTA> {
+    alignas(16) float ek[TOKEN_CHUNK][K];
+};
+
+template <typename Stage> struct is_kda_stage : std::false_type {};
+template <int K, int ROWS> struct is_kda_stage<KdaStage<K, ROWS>> : std::true_type {};
+
+template <int K, int ROWS, bool KDA>
+using StageOf = typename std::conditional<KDA, KdaStage<K, ROWS>, TokenStage<K, ROWS>>::type;
+
 /* Writes q and k of token j at key (stage_token): TokenStage keeps them as they are; the
  * tensor-core path's MmaStage has an overload in sm90_recurrent_mma.cuh (found by argument-
  * dependent lookup when stage_token is instantiated; the exact match beats this one). */
@@ -70,34 +87,60 @@ __device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS> &st, int j, int
  * q and k at keys l, l + 32, .. as loaded (InT); token_inputs issues every load of the token
  * before any is used (stage_token converts them), so staging a token costs one round trip to
  * memory, not one per dependent load. */
-template <int K, typename InT> struct TokenInputs {
-    InT q[K / 32], k[K / 32];
-    GateInputs gates;
+/* KDA: the raw per-key gates of a token at the lane's keys (g as f32 bits, or a in a_dtype bits
+ * with dt_bias, 0 without); nothing for GDN. */
+template <int K, bool KDA> struct KeyGates {};
+template <int K> struct KeyGates<K, true> {
+    uint32_t x[K / 32];
+    float dt[K / 32];
 };
 
-template <int K, typename InT>
-__device__ __forceinline__ TokenInputs<K, InT> token_inputs(const RecurrentParams &p, int64_t b, int64_t t, int h,
-                                                            int hv, int lane)
+template <int K, typename InT, bool KDA = false> struct TokenInputs {
+    InT q[K / 32], k[K / 32];
+    GateInputs gates;
+    KeyGates<K, KDA> kg;
+};
+
+template <int K, typename InT, bool KDA = false>
+__device__ __forceinline__ TokenInputs<K, InT, KDA> token_inputs(const RecurrentParams &p, int64_t b, int64_t t,
+                                                                 int h, int hv, int lane)
 {
     const InT *q = (const InT *)p.q + b * p.q_s[0] + t * p.q_s[1] + h * p.q_s[2];
     const InT *k = (const InT *)p.k + b * p.k_s[0] + t * p.k_s[1] + h * p.k_s[2];
-    TokenInputs<K, InT> in;
+    TokenInputs<K, InT, KDA> in;
 #pragma unroll
     for (int i = 0; i < K / 32; i++) {
         const int64_t d = lane + 32 * i;
         in.q[i] = q[d * p.q_s[3]];
         in.k[i] = k[d * p.k_s[3]];
     }
-    in.gates = gate_inputs(p, b, t, hv);
+    if constexpr (KDA) {
+        if (p.g) {
+            const float *g = p.g + b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2];
+#pragma unroll
+            for (int i = 0; i < K / 32; i++)
+                in.kg.x[i] = __float_as_uint(g[(lane + 32 * i) * p.g_sr]);
+        } else {
+            const int64_t a0 = b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2];
+#pragma unroll
+            for (int i = 0; i < K / 32; i++) {
+                const int64_t d = lane + 32 * i;
+                in.kg.x[i] = load_bits(p.a, p.a_dtype, a0 + d * p.a_sr);
+                in.kg.dt[i] = p.dt_bias ? p.dt_bias[hv * p.dt_s + d * p.dt_sr] : 0.0f;
+            }
+        }
+    }
+    in.gates = gate_inputs<KDA>(p, b, t, hv);
     return in;
 }
 
 /* Stages token j of st from its inputs (one warp): q l2-normalised (if asked) and scaled, k
- * l2-normalised (if asked), k.q, the decay exp(g) and beta. */
+ * l2-normalised (if asked), k.q, the decay exp(g) (KDA: of every key, st.ek) and beta. */
 template <int K, typename InT, typename Stage>
-__device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st, int j, const TokenInputs<K, InT> &in,
-                                            int lane)
+__device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st, int j,
+                                            const TokenInputs<K, InT, is_kda_stage<Stage>::value> &in, int lane)
 {
+    constexpr bool KDA = is_kda_stage<Stage>::value;
     float qv[K / 32], kv[K / 32];
     float sq = 0.0f, sk = 0.0f, qk = 0.0f;
 #pragma unroll
@@ -109,7 +152,20 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
         qk = fmaf(qv[i], kv[i], qk);
     }
     float e, beta;
-    gate_values(p, in.gates, &e, &beta);
+    if constexpr (KDA) {
+        e = 1.0f;
+        beta = gate_beta_value(p, in.gates);
+        /* exp of a log decay <= 0 is in [0, 1]: g = -inf gives 0 */
+#pragma unroll
+        for (int i = 0; i < K / 32; i++) {
+            const float g = p.g ? __uint_as_float(in.kg.x[i])
+                                : gate_log_decay_kda(bits_to_f32(in.kg.x[i], p.a_dtype), in.kg.dt[i], in.gates.alog,
+                                                     p.lower_bound, p.softplus_beta, p.softplus_threshold);
+            st.ek[j][lane + 32 * i] = expf(g);
+        }
+    } else {
+        gate_values(p, in.gates, &e, &beta);
+    }
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) {
         sq += __shfl_xor_sync(0xffffffffu, sq, m);
@@ -166,13 +222,14 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
             }
     }
     static_assert(TPW == 1 || TPW == 2, "tokens in flight per warp: 1 or 2");
+    constexpr bool KDA = is_kda_stage<Stage>::value;
     const bool spare = SPARE_W0 && nwarps > 1;
     const int nst = spare ? nwarps - 1 : nwarps;                    /* staging warps */
     const int sw = spare ? warp - 1 : (warp + nwarps - 1) % nwarps; /* this warp among them */
     for (int j = sw; sw >= 0 && j < tc; j += TPW * nst) {
-        const TokenInputs<K, InT> in0 = token_inputs<K, InT>(p, b, tok0 + j, h, hv, lane);
+        const TokenInputs<K, InT, KDA> in0 = token_inputs<K, InT, KDA>(p, b, tok0 + j, h, hv, lane);
         if (TPW == 2 && j + nst < tc) {
-            const TokenInputs<K, InT> in1 = token_inputs<K, InT>(p, b, tok0 + j + nst, h, hv, lane);
+            const TokenInputs<K, InT, KDA> in1 = token_inputs<K, InT, KDA>(p, b, tok0 + j + nst, h, hv, lane);
             stage_token<K, InT>(p, st, j, in0, lane);
             stage_token<K, InT>(p, st, j + nst, in1, lane);
         } else {
@@ -318,7 +375,9 @@ template <int N> __device__ __forceinline__ void reduce_scatter8(float *x, int g
 }
 
 /* One token for this lane's RPL rows: the delta-rule update of S~ in registers (S = c * S~,
- * c updated here), o, and the per-step state writes. srow: the rows' index into the staged v.
+ * c updated here), o, and the per-step state writes. KDA (a KdaStage): the decay differs per key,
+ * so it cannot live in the scalar c; each lane multiplies its keys of S by their staged exp(g)
+ * (c stays 1) in the pass that forms the dots, one multiply per element. srow: the rows' index into the staged v.
  * t: token index within the sequence; o: the token's output at (b, tok, hv), advanced by the
  * caller (no 64-bit multiplies per token). */
 template <int K, typename StateT, typename InT, int RPL, int EPL, int VE, int NV, bool VEC, typename Stage>
@@ -328,20 +387,24 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
                                            int64_t packed0)
 {
     static_assert(RPL <= LANES_PER_ROW && (RPL & (RPL - 1)) == 0, "rows per lane: a power of two up to 8");
+    constexpr bool KDA = is_kda_stage<Stage>::value;
     const float beta = st.beta[j], kq = st.kq[j];
 
-    /* the decay: S = ce * S~ */
-    float ce = c * st.e[j];
-    if (!(ce >= SCALE_LO && ce <= SCALE_HI)) { /* uniform over the CTA */
+    /* the decay: S = ce * S~ (KDA: below, per key) */
+    float ce = 1.0f, rc = 1.0f;
+    if constexpr (!KDA) {
+        ce = c * st.e[j];
+        if (!(ce >= SCALE_LO && ce <= SCALE_HI)) { /* uniform over the CTA */
 #pragma unroll
-        for (int r = 0; r < RPL; r++)
+            for (int r = 0; r < RPL; r++)
 #pragma unroll
-            for (int i = 0; i < EPL; i++)
-                s[r][i] *= ce;
-        ce = 1.0f;
+                for (int i = 0; i < EPL; i++)
+                    s[r][i] *= ce;
+            ce = 1.0f;
+        }
+        c = ce;
+        rc = 1.0f / ce;
     }
-    c = ce;
-    const float rc = 1.0f / ce;
 
     /* S~^T k and S~^T q of the decayed state; k stays in registers for the update */
     float ka[EPL], dk[RPL], dq[RPL];
@@ -357,6 +420,15 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
             const float4 k4 = *reinterpret_cast<const float4 *>(&st.k[j][key]);
             const float qa[4] = {q4.x, q4.y, q4.z, q4.w};
             ka[cc * VE + m] = k4.x, ka[cc * VE + m + 1] = k4.y, ka[cc * VE + m + 2] = k4.z, ka[cc * VE + m + 3] = k4.w;
+            if constexpr (KDA) {
+                const float4 e4 = *reinterpret_cast<const float4 *>(&st.ek[j][key]);
+                const float ea[4] = {e4.x, e4.y, e4.z, e4.w};
+#pragma unroll
+                for (int r = 0; r < RPL; r++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        s[r][cc * VE + m + i] *= ea[i];
+            }
 #pragma unroll
             for (int r = 0; r < RPL; r++) {
 #pragma unroll
@@ -419,8 +491,9 @@ __device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *sr
 
 /* The generic path: K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL:
  * rows per lane; VEC: state rows moved in 16-byte pieces, else element by element with any
- * strides (KV layout, unaligned pools). The state goes straight from memory to registers. */
-template <int K, typename StateT, typename InT, int RPL, bool VEC>
+ * strides (KV layout, unaligned pools); KDA: per-key gates (KdaStage). The state goes straight
+ * from memory to registers. */
+template <int K, typename StateT, typename InT, int RPL, bool VEC, bool KDA = false>
 __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const RecurrentParams p)
 {
     constexpr int VE = 16 / sizeof(StateT);     /* elements per 16-byte state piece */
@@ -430,7 +503,8 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
     constexpr int MAX_ROWS_PER_CTA = ROWS_PER_WARP * MAX_WARPS;
     static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
     static_assert(VE % 4 == 0, "q/k pieces are read from shared memory as float4");
-    __shared__ TokenStage<K, MAX_ROWS_PER_CTA> st;
+    __shared__ StageOf<K, MAX_ROWS_PER_CTA, KDA> st;
+    static_assert(is_kda_stage<decltype(st)>::value == KDA, "token_step sees the gate kind by the stage type");
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = lane / LANES_PER_ROW, gl = lane % LANES_PER_ROW;
@@ -500,10 +574,21 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
 }
 
 /* Rows of the fast path's state tile: 32 KB of state (16 KB at K = 256, where the staged q and k
- * take 16 KB), so that the CTA's static shared memory stays under 48 KB. */
-template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
+ * take 16 KB), so that the CTA's static shared memory stays under 48 KB. KDA's stage adds the
+ * decays of every key: where tile and stage then pass 48 KB (K = 128, bf16 state), half the rows. */
+constexpr size_t STATIC_SMEM_MAX = 48 * 1024;
+
+template <int K, typename StateT> __host__ __device__ constexpr int base_tile_rows()
 {
     return (K >= 256 ? 16384 : 32768) / (K * (int)sizeof(StateT));
+}
+
+template <int K, typename StateT, bool KDA = false> __host__ __device__ constexpr int tile_rows()
+{
+    constexpr int ROWS = base_tile_rows<K, StateT>();
+    constexpr size_t BARRIERS = 8 * ROWS; /* at most one 8-byte barrier per row */
+    return KDA && ROWS * K * sizeof(StateT) + sizeof(KdaStage<K, ROWS>) + BARRIERS > STATIC_SMEM_MAX ? ROWS / 2
+                                                                                                  : ROWS;
 }
 
 /* The fast path (VK rows, K contiguous, 16-byte aligned): one CTA owns up to tile_rows() rows of
@@ -514,17 +599,21 @@ template <int K, typename StateT> __host__ __device__ constexpr int tile_rows()
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
  * passes compute while the later rows are still arriving. */
-template <int K, typename StateT, typename InT, int RPL>
+template <int K, typename StateT, typename InT, int RPL, bool KDA = false>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
     constexpr int NV = K / (LANES_PER_ROW * VE);
     constexpr int EPL = NV * VE;
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    constexpr int TILE_ROWS = tile_rows<K, StateT>();
+    constexpr int TILE_ROWS = tile_rows<K, StateT, KDA>();
     static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
+    static_assert(TILE_ROWS * K * sizeof(StateT) + sizeof(StageOf<K, TILE_ROWS, KDA>) + 8 * TILE_ROWS <=
+                      STATIC_SMEM_MAX,
+                  "the tile, the stage and the barriers fit the static shared memory");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
-    __shared__ TokenStage<K, TILE_ROWS> st;
+    __shared__ StageOf<K, TILE_ROWS, KDA> st;
+    static_assert(is_kda_stage<decltype(st)>::value == KDA, "token_step sees the gate kind by the stage type");
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
     __shared__ StateT *s_src;                        /* warp 0's slot lookup, for the whole CTA */

@@ -14,9 +14,9 @@ namespace {
 
 /* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
-template <int K, typename StateT, typename InT, int RPL> cudaError_t prefer_shared_tma_kernel()
+template <int K, typename StateT, typename InT, int RPL, bool KDA = false> cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL>,
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA>,
                                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                                         (int)cudaSharedmemCarveoutMaxShared);
     return err;
@@ -29,11 +29,11 @@ struct TmaTile {
     int rows, warps;
 };
 
-template <int K, typename StateT>
+template <int K, typename StateT, bool KDA = false>
 TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
 {
     constexpr int ROWS_PER_WARP = 4 * default_rows_per_lane<K, StateT>();
-    int rows = tile_rows<K, StateT>();
+    int rows = tile_rows<K, StateT, KDA>();
     /* bf16 state, two tokens: from 2048 (sequence, head) pairs on, half the tile spreads the
      * token loops over more CTAs */
     if (sizeof(StateT) == 2 && !varlen && T == 2 && N * HV >= 2048)
@@ -78,20 +78,20 @@ template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
  * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
  * instance. */
-template <int K, typename StateT, typename InT> cudaError_t set_mma_kernel_attributes()
+template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t set_mma_kernel_attributes()
 {
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>,
+    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT>());
+                                               (int)mma_smem_bytes<K, StateT, KDA>());
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                (int)cudaSharedmemCarveoutMaxShared);
+    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
+                                cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <int K, typename StateT, typename InT> cudaError_t prepare_mma_kernel()
+template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t prepare_mma_kernel()
 {
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT>();
+    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA>();
     return err;
 }
 

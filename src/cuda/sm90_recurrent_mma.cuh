@@ -1,7 +1,7 @@
 /*
  * sm90_recurrent_mma.cuh - the multi-token recurrent forward on tensor cores (speculative verify,
- * multi-token prediction), GDN gates, VK state rows with K contiguous, K = 64 or 128. Launched by
- * sm90_recurrent_fwd.cu for calls of at least 8 tokens per sequence, or 4 on at least 128
+ * multi-token prediction), GDN and KDA gates, VK state rows with K contiguous, K = 64 or 128.
+ * Launched by sm90_recurrent_fwd.cu for calls of at least 8 tokens per sequence, or 4 on at least 128
  * (sequence, value head) pairs (3 on 256 with a bf16 state), that write no per-step states
  * (use_mma_path).
  *
@@ -36,6 +36,14 @@
  * spilled. Every product is split into TF32 parts (x = hi + lo, three products
  * hi*hi + hi*lo + lo*hi), which keeps f32 accuracy; a bf16 state is exact in TF32, so its
  * products with the state skip lo.
+ *
+ * KDA (a decay e_t[key] per key; recurrent_fwd_mma_kernel<.., KDA = true>): the same products with
+ * the decays moved into the staged vectors, all formed as direct products (no division by Gam):
+ *   product 1 reads Gam_t o k_t and Gam_t o q_t (o: per key), the update reads D[7][j] o k_j and
+ *   decays S0 by Gam_7 per key, and A and Bm take the dots k_t . (D[t][j] o k_j) and
+ *   q_t . (D[t][j] o k_j), summed over the keys on CUDA cores (mma_kda_prep_chunk: one thread per
+ *   key, then warp sums); the scalar e is staged as 1, so D and Gam of the GDN form are 0 / 1 and
+ *   chunk_solve and the solve are shared unchanged.
  *
  * Fragment layout (g = lane / 4, c = lane % 4): the accumulator of a 16 x 8 tile holds rows g
  * (0, 1) and g + 8 (2, 3), columns 2c, 2c + 1. Over the state's keys, n-tile j column 2c + e is
@@ -78,9 +86,28 @@ __device__ __forceinline__ int qk_off(int t, int key)
     return (((key >> 1) ^ s) << 1) | (key & 1);
 }
 
-template <int K, typename StateT> __host__ __device__ constexpr size_t mma_smem_bytes()
+/* KDA's stage: MmaStage (q and k there become Gam_t o q_t and Gam_t o k_t, e is 1) plus the
+ * decays, D[7][j] o k_j (khat, swizzled as k), Gam_7 per key and the per-warp partial sums of the
+ * chunk's dots (lower triangle t >= j, index t (t + 1) / 2 + j; [.][0]: q_t . D k_j, [.][1]:
+ * k_t . D k_j). */
+constexpr int CHUNK_PAIRS = TOKEN_CHUNK * (TOKEN_CHUNK + 1) / 2;
+constexpr int MMA_MAX_WARPS = 4;
+
+template <int K, int ROWS> struct MmaKdaStage : MmaStage<K, ROWS> {
+    alignas(16) float ek[TOKEN_CHUNK][K];
+    alignas(16) float khat[TOKEN_CHUNK][K];
+    alignas(16) float gam_last[K];
+    float dots[MMA_MAX_WARPS][2][CHUNK_PAIRS];
+};
+
+template <int K, int ROWS> struct is_kda_stage<MmaKdaStage<K, ROWS>> : std::true_type {};
+
+template <int K, int ROWS, bool KDA>
+using MmaStageOf = typename std::conditional<KDA, MmaKdaStage<K, ROWS>, MmaStage<K, ROWS>>::type;
+
+template <int K, typename StateT, bool KDA = false> __host__ __device__ constexpr size_t mma_smem_bytes()
 {
-    return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStage<K, tile_rows<K, StateT>()>);
+    return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStageOf<K, tile_rows<K, StateT>(), KDA>);
 }
 
 template <int K, int ROWS>
@@ -211,6 +238,95 @@ __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaSta
     }
 }
 
+/* KDA: the padding tokens' decays are 1 as well. */
+template <int K, int ROWS> __device__ __forceinline__ void mma_pad_decays(MmaKdaStage<K, ROWS> &st, int tc)
+{
+    for (int i = threadIdx.x; i < (TOKEN_CHUNK - tc) * K; i += blockDim.x)
+        st.ek[tc + i / K][i % K] = 1.0f;
+}
+
+/* KDA, after the stage (and mma_pad_decays): per key, Gam_t = e_0 .. e_t and D[t][j] =
+ * e_{j+1} .. e_t as direct products; khat = D[7][j] o k_j, gam_last = Gam_7, the dots
+ * q_t . D k_j and k_t . D k_j (j <= t) summed over the thread's keys, then over the warp, into
+ * dots[warp] (one row t at a time: all 72 sums live at once spilled); last q and k become
+ * Gam_t o q_t and Gam_t o k_t in place (each key is read and written by one thread only). Run by
+ * the whole CTA; read after the next barrier. */
+template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int key = threadIdx.x; key < K; key += blockDim.x) {
+        float d7 = 1.0f;
+#pragma unroll
+        for (int j = TOKEN_CHUNK - 1; j >= 0; j--) {
+            const int off = qk_off(j, key);
+            st.khat[j][off] = d7 * st.k[j][off];
+            d7 *= st.ek[j][key];
+        }
+        st.gam_last[key] = d7;
+    }
+#pragma unroll
+    for (int t = 0; t < TOKEN_CHUNK; t++) {
+        float dq[TOKEN_CHUNK], dk[TOKEN_CHUNK];
+#pragma unroll
+        for (int j = 0; j <= t; j++)
+            dq[j] = dk[j] = 0.0f;
+        for (int key = threadIdx.x; key < K; key += blockDim.x) {
+            const float qt = st.q[t][qk_off(t, key)], kt = st.k[t][qk_off(t, key)];
+            float d = 1.0f; /* D[t][j], j from t down */
+#pragma unroll
+            for (int j = t; j >= 0; j--) {
+                const float dkj = d * st.k[j][qk_off(j, key)];
+                dq[j] = fmaf(qt, dkj, dq[j]);
+                dk[j] = fmaf(kt, dkj, dk[j]);
+                d *= st.ek[j][key];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j <= t; j++) {
+#pragma unroll
+            for (int m = 16; m >= 1; m /= 2) {
+                dq[j] += __shfl_xor_sync(0xffffffffu, dq[j], m);
+                dk[j] += __shfl_xor_sync(0xffffffffu, dk[j], m);
+            }
+            if (lane == 0) {
+                st.dots[warp][0][t * (t + 1) / 2 + j] = dq[j];
+                st.dots[warp][1][t * (t + 1) / 2 + j] = dk[j];
+            }
+        }
+    }
+    for (int key = threadIdx.x; key < K; key += blockDim.x) {
+        float gam = 1.0f;
+#pragma unroll
+        for (int t = 0; t < TOKEN_CHUNK; t++) {
+            const int off = qk_off(t, key);
+            gam *= st.ek[t][key];
+            st.q[t][off] *= gam;
+            st.k[t][off] *= gam;
+        }
+    }
+}
+
+/* KDA: the dots fragment of strip_products (q_g . k_j, k_g . k_j for j = 2c, 2c + 1) from the
+ * warps' partial sums; 0 above the diagonal (chunk_solve masks those of A, D masks Bm's). */
+template <int K, int ROWS>
+__device__ __forceinline__ void mma_kda_dots(const MmaKdaStage<K, ROWS> &st, int g, int c, float (&dots)[4])
+{
+    const int nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int j = 2 * c + h;
+        float sq = 0.0f, sk = 0.0f;
+        if (j <= g) {
+            for (int w = 0; w < nwarps; w++) {
+                sq += st.dots[w][0][g * (g + 1) / 2 + j];
+                sk += st.dots[w][1][g * (g + 1) / 2 + j];
+            }
+        }
+        dots[h] = sq;
+        dots[2 + h] = sk;
+    }
+}
+
 /* After the stage: the decay products D and Gam. Run by the whole CTA; read after the next
  * barrier. */
 template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaStage<K, ROWS> &st)
@@ -316,9 +432,10 @@ __device__ __forceinline__ ChunkSolve chunk_solve(const MmaStage<K, ROWS> &st, c
 
 /* Products 2 and 3 for one strip after strip_products: o of the chunk's tokens (written for
  * t < tc and rows < cta_rows), then the state after the chunk, streamed piece by piece from the
- * tile to its destinations. */
-template <int K, typename StateT, typename InT, int ROWS>
-__device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, const MmaStage<K, ROWS> &st,
+ * tile to its destinations. KDA (an MmaKdaStage): the update reads khat and decays S0 by
+ * gam_last per key. */
+template <int K, typename StateT, typename InT, typename Stage>
+__device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, const Stage &st,
                                                    StateT *tile, const float (&pk)[4], const float (&pq)[4],
                                                    const ChunkSolve &cs, int g, int c, int srow, int cta_rows,
                                                    int tc, InT *o, int row_base, const StripDest<StateT> &dst)
@@ -348,8 +465,13 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     }
 
     /* S = Gam_7 S + (U D[7]) K^T: n-tile j's column g is key kmap(j, g / 2, g % 2) */
+    constexpr bool KDA = is_kda_stage<Stage>::value;
     const FragA ud = frag_a<false>(u[0] * dl.x, u[2] * dl.x, u[1] * dl.y, u[3] * dl.y);
-    const float *k0 = st.k[2 * c], *k1 = st.k[2 * c + 1];
+    const float *k0, *k1;
+    if constexpr (KDA)
+        k0 = st.khat[2 * c], k1 = st.khat[2 * c + 1];
+    else
+        k0 = st.k[2 * c], k1 = st.k[2 * c + 1];
 #pragma unroll 2
     for (int m = 0; m < K / 16; m++) {
         /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8; as B operands,
@@ -357,8 +479,11 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
         const int key = 16 * m + 4 * c, kb = 16 * m + 4 * (g >> 1) + (g & 1);
         const float4 x0 = tile_piece(tile, K, vr, cta_rows, key);
         const float4 x1 = tile_piece(tile, K, vr + 8, cta_rows, key);
-        float s0[4] = {glast * x0.x, glast * x0.y, glast * x1.x, glast * x1.y};
-        float s1[4] = {glast * x0.z, glast * x0.w, glast * x1.z, glast * x1.w};
+        float4 gl = make_float4(glast, glast, glast, glast);
+        if constexpr (KDA)
+            gl = *reinterpret_cast<const float4 *>(&st.gam_last[key]);
+        float s0[4] = {gl.x * x0.x, gl.y * x0.y, gl.x * x1.x, gl.y * x1.y};
+        float s1[4] = {gl.z * x0.z, gl.w * x0.w, gl.z * x1.z, gl.w * x1.w};
         mma_3xtf32<false>(s0, ud, tf32_split(k0[qk_off(2 * c, kb)]), tf32_split(k1[qk_off(2 * c + 1, kb)]));
         mma_3xtf32<false>(s1, ud, tf32_split(k0[qk_off(2 * c, kb + 2)]), tf32_split(k1[qk_off(2 * c + 1, kb + 2)]));
         const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
@@ -375,10 +500,11 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 
 /* CTAs per SM the register budget is set for: at K = 128 five (at most 96 registers; shared
  * memory allows five as well, 43.5 KB f32 / 45.5 KB bf16), at K = 64 four (capped at 96 it
- * spilled up to 60 bytes). */
-__host__ __device__ constexpr int mma_min_ctas(int K)
+ * spilled up to 60 bytes). KDA at K = 128: four (its stage's decays and dots make about 54 KB of
+ * shared memory, so four CTAs fit; capped at 96 registers an instance spilled). */
+__host__ __device__ constexpr int mma_min_ctas(int K, bool kda = false)
 {
-    return K == 128 ? 5 : 4;
+    return K == 128 && !kda ? 5 : 4;
 }
 
 /* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most tile_rows()) of
@@ -387,13 +513,15 @@ __host__ __device__ constexpr int mma_min_ctas(int K)
  * recurrent_fwd_tma_kernel. Per-step states are not written here (the launcher sends calls with
  * step_states or 2-D in-place pools to the CUDA-core paths). Dynamic shared memory:
  * mma_smem_bytes<K, StateT>(). */
-template <int K, typename StateT, typename InT>
-__global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
+template <int K, typename StateT, typename InT, bool KDA = false>
+__global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
+    recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
     constexpr int TILE_ROWS = tile_rows<K, StateT>();
     constexpr int MAX_PASSES = TILE_ROWS / MMA_ROWS;
-    using Stage = MmaStage<K, TILE_ROWS>;
+    using Stage = MmaStageOf<K, TILE_ROWS, KDA>;
+    static_assert(is_kda_stage<Stage>::value == KDA, "stage_token and the solve see the gate kind by the stage type");
     extern __shared__ __align__(128) unsigned char mma_smem[];
     StateT *const tile = reinterpret_cast<StateT *>(mma_smem);
     Stage &st = *reinterpret_cast<Stage *>(mma_smem + (size_t)TILE_ROWS * K * sizeof(StateT));
@@ -429,6 +557,8 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
                 tile[i] = gdn_from_f32<StateT>(0.0f);
         const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
         mma_stage_chunk<K, InT>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        if constexpr (KDA)
+            mma_pad_decays(st, tc0);
         __syncthreads();
         StateT *const src = s_src;
         if (!s_live) { /* skipped: uniform over the CTA */
@@ -443,9 +573,15 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage is no longer read */
                 mma_stage_chunk<K, InT>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                if constexpr (KDA)
+                    mma_pad_decays(st, tc);
                 __syncthreads();
             }
             mma_prep_chunk(st);
+            if constexpr (KDA) {
+                mma_kda_prep_chunk(st);
+                __syncthreads(); /* product 1 reads the decayed q and k */
+            }
             StripDest<StateT> dst;
             dst.tile = ci < chunks - 1;
             dst.fin = p.final_state ? (StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1 + row_base * p.st_fin.sv
@@ -462,8 +598,10 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K)) recurrent_fwd_mma_kernel
                     mbar_wait(&bar[ps], phase);
                 float pk[4], pq[4], dots[4];
                 if (ps == 0) {
-                    strip_products<true, K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
+                    strip_products<!KDA, K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);
                     __syncthreads(); /* mma_prep_chunk's results */
+                    if constexpr (KDA)
+                        mma_kda_dots(st, g, c, dots);
                     cs = chunk_solve(st, dots, g, c);
                 } else {
                     strip_products<false, K, StateT>(st, tile, srow, cta_rows, g, c, pk, pq, dots);

@@ -42,13 +42,13 @@ struct RecurrentParams {
     void *o;                            /* [B, T, HV, V] */
     int64_t q_s[4], k_s[4], v_s[4], o_s[4];
 
-    const float *g;                     /* [B, T, HV] or NULL (then a is present) */
+    const float *g;                     /* [B, T, HV] (KDA: [B, T, HV, K]) or NULL (then a is present) */
     int64_t g_s[3];
-    const void *a;                      /* raw gate [B, T, HV] */
+    const void *a;                      /* raw gate, shaped as g */
     gdn_dtype a_dtype;
     int64_t a_s[3];
     const float *A_log;                 /* [HV] */
-    const float *dt_bias;               /* [HV] or NULL */
+    const float *dt_bias;               /* [HV] (KDA: [HV, K]) or NULL */
     int64_t dt_s;
     float softplus_beta, softplus_threshold;
     const void *beta;                   /* [B, T, HV]: beta, or logits b */
@@ -73,6 +73,11 @@ struct RecurrentParams {
     const int32_t *num_accepted_tokens; /* [N] or NULL */
     int inplace_state;
     int null_slot_zero;
+
+    /* KDA gates (the kernels' KDA instances read these; appended so that the GDN instances'
+     * parameter offsets stay as they are) */
+    int64_t g_sr, a_sr, dt_sr;          /* key-channel strides of g, a and dt_bias */
+    float lower_bound;                  /* < 0: FLA's safe gate; 0: off */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
@@ -195,7 +200,7 @@ __device__ __forceinline__ float bits_to_f32(uint32_t x, gdn_dtype dt)
 }
 
 /* The gate inputs of token t of value head hv, loaded (gate_inputs) apart from their use
- * (gate_values). */
+ * (gate_values). KDA: x is unused (the per-key decays are loaded by the stage, KeyGates). */
 struct GateInputs {
     uint32_t x;   /* g (f32 bits), or a (a_dtype bits) */
     float dt;     /* dt_bias (0 without) */
@@ -203,11 +208,16 @@ struct GateInputs {
     uint32_t b;   /* beta, or its logit (beta_dtype bits) */
 };
 
+template <bool KDA = false>
 __device__ __forceinline__ GateInputs gate_inputs(const RecurrentParams &p, int64_t b, int64_t t, int hv)
 {
     GateInputs gi;
     gi.dt = 0.0f, gi.alog = 0.0f;
-    if (p.g) {
+    if constexpr (KDA) {
+        gi.x = 0u;
+        if (!p.g)
+            gi.alog = p.A_log[hv];
+    } else if (p.g) {
         gi.x = __float_as_uint(p.g[b * p.g_s[0] + t * p.g_s[1] + hv * p.g_s[2]]);
     } else {
         gi.x = load_bits(p.a, p.a_dtype, b * p.a_s[0] + t * p.a_s[1] + hv * p.a_s[2]);
@@ -219,15 +229,21 @@ __device__ __forceinline__ GateInputs gate_inputs(const RecurrentParams &p, int6
     return gi;
 }
 
-/* Decay exp(g) and write strength beta from the gate inputs. */
+/* Write strength beta from the gate inputs. */
+__device__ __forceinline__ float gate_beta_value(const RecurrentParams &p, const GateInputs &gi)
+{
+    const float bt = bits_to_f32(gi.b, p.beta_dtype);
+    return p.beta_from_logits ? gate_beta(bt, p.allow_neg_eigval) : bt;
+}
+
+/* Decay exp(g) (GDN) and write strength beta from the gate inputs. */
 __device__ __forceinline__ void gate_values(const RecurrentParams &p, const GateInputs &gi, float *e, float *beta)
 {
     const float g = p.g ? __uint_as_float(gi.x)
                         : gate_log_decay(bits_to_f32(gi.x, p.a_dtype), gi.dt, gi.alog, p.softplus_beta,
                                          p.softplus_threshold);
     *e = expf(g);
-    const float bt = bits_to_f32(gi.b, p.beta_dtype);
-    *beta = p.beta_from_logits ? gate_beta(bt, p.allow_neg_eigval) : bt;
+    *beta = gate_beta_value(p, gi);
 }
 
 /* A skipped sequence: zero its outputs (o, final_state, step_states), touch nothing else. */
