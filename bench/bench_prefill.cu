@@ -8,6 +8,11 @@
  *
  * Varlen shape 4 draws its 64 lengths from the LCG shared with bench/fla_prefill.py, so both see
  * the same cu_seqlens. Outputs are checked for NaN / Inf / poison before timing.
+ *
+ * GDN_BENCH_POOL=M (environment) times the serving form instead: the states live in a pool read
+ * and written in place through state_indices (slots 0 .. N - 1), and with M > 0 every sequence
+ * also writes a prefix-cache checkpoint every M tokens into slots of its own; M = -1: the pool
+ * without checkpoints.
  */
 #include <algorithm>
 #include <cmath>
@@ -105,6 +110,9 @@ int main(int argc, char **argv)
         {"B1_T65536_H2_HV8", 1, 65536, 2, 8, 0, 0},
     };
     const int D = 128, WARM = 3, ITERS = 20;
+    const long pool_m = getenv("GDN_BENCH_POOL") ? strtol(getenv("GDN_BENCH_POOL"), nullptr, 10) : 0;
+    if (pool_m != 0)
+        printf("serving form: state pool%s (GDN_BENCH_POOL=%ld)\n", pool_m > 0 ? " with checkpoints" : "", pool_m);
     FILE *out = argc > 1 && strcmp(argv[1], "-") != 0 ? fopen(argv[1], "w") : nullptr;
     const char *only = argc > 2 ? argv[2] : nullptr;
     cudaDeviceProp prop;
@@ -130,7 +138,10 @@ int main(int argc, char **argv)
         }
         const int64_t B = s.B, H = s.H, HV = s.HV;
         const size_t nqk = (size_t)(B * T * H * D), nv = (size_t)(B * T * HV * D), ng = (size_t)(B * T * HV);
-        const size_t nst = (size_t)(N * HV * D * D);
+        /* Checkpoint columns: the most any sequence needs (fixed length T, or up to 16384 varlen). */
+        const int64_t ck_cols = pool_m > 0 ? (s.nseq > 0 ? 16384 : T) / pool_m : 0;
+        const int64_t slots = N + N * ck_cols;
+        const size_t nst = (size_t)(slots * HV * D * D);
         __nv_bfloat16 *q, *k, *v, *o;
         float *g, *beta, *ht;
         int32_t *dcu = nullptr;
@@ -168,7 +179,24 @@ int main(int argc, char **argv)
             const int64_t scu[1] = {N + 1};
             a.cu_seqlens = dev_tensor(dcu, GDN_DTYPE_I32, 1, scu);
         }
-        a.final_state = dev_tensor(ht, GDN_DTYPE_F32, 4, sst);
+        int32_t *didx = nullptr;
+        if (pool_m == 0) {
+            a.final_state = dev_tensor(ht, GDN_DTYPE_F32, 4, sst);
+        } else {
+            std::vector<int32_t> idx(N + N * ck_cols);
+            for (int64_t i = 0; i < (int64_t)idx.size(); ++i)
+                idx[i] = (int32_t)i; /* slots 0 .. N - 1 start states, then each sequence's checkpoints */
+            CK(cudaMalloc(&didx, idx.size() * 4));
+            CK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemsetAsync(ht, 0, nst * 4, stream));
+            const int64_t spool[4] = {slots, HV, D, D}, sidx[1] = {N}, sck[2] = {N, ck_cols};
+            a.initial_state = dev_tensor(ht, GDN_DTYPE_F32, 4, spool);
+            a.state_indices = dev_tensor(didx, GDN_DTYPE_I32, 1, sidx);
+            if (pool_m > 0) {
+                a.checkpoint_interval = pool_m;
+                a.checkpoint_indices = dev_tensor(didx + N, GDN_DTYPE_I32, 2, sck);
+            }
+        }
         a.stream = stream;
         size_t wsb = 0;
         if (gdn_chunk_fwd_workspace_size(&a, &wsb) != GDN_OK) {
@@ -243,7 +271,7 @@ int main(int argc, char **argv)
         CK(cudaGraphDestroy(graph));
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
-        void *bufs[] = {q, k, v, o, g, beta, ht, dcu, ws, bad};
+        void *bufs[] = {q, k, v, o, g, beta, ht, dcu, ws, bad, didx};
         for (void *b : bufs)
             CK(cudaFree(b));
     }
