@@ -316,9 +316,10 @@ def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
     status = L.gdn_chunk_bwd(ctypes.byref(args))
     del buf, kept
     C.check(status, caller)
-    none = _no_states(q)
-    return (dq, dk, dv, dg if dg is not None else da, dA_log if dA_log is not None else none,
-            ddt_bias if ddt_bias is not None else none, dbeta, dh0 if dh0 is not None else none)
+    # A fresh empty tensor for each absent gradient: a custom op's outputs must not alias each other.
+    return (dq, dk, dv, dg if dg is not None else da, dA_log if dA_log is not None else _no_states(q),
+            ddt_bias if ddt_bias is not None else _no_states(q), dbeta,
+            dh0 if dh0 is not None else _no_states(q))
 
 
 def chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
