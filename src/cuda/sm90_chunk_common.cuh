@@ -74,6 +74,15 @@ struct ChunkParams {
     void *ht;                  /* may be NULL */
     gdn_dtype state_dtype;
     int64_t h0_s[4], ht_s[4];  /* {seq or pool slot, hv, k, v} */
+    unsigned char *ws;
+    /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
+     * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
+     * head, segment), the segment's affine map as the final S^T of the chain over V + K virtual
+     * value columns: rows 0 .. V - 1 are N^T (real v, zero start), rows V .. V + K - 1 are M^T
+     * (v = 0, identity start), f32, row pitch K. cp_start holds the state entering each segment
+     * (S^T, V x K, f32), written by the scan. */
+    int64_t seg_chunks, nseg;
+    float *cp_pre, *cp_start;
     /* State pool (gdn.h): h0 and ht are then both the pool, and sequence n's row is its slot
      * pool_idx[n] (state_row); has_init [N] may keep a sequence from reading it; checkpoints go
      * to the pool slots ckpt[n, j] (ckpt_slot). */
@@ -85,15 +94,7 @@ struct ChunkParams {
     int64_t ckpt_every;        /* checkpoint interval in tokens, a multiple of C; 0: none */
     const int32_t *ckpt;       /* [N, ckpt_cols] */
     int64_t ckpt_n, ckpt_j, ckpt_cols;
-    unsigned char *ws;
-    /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
-     * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value
-     * head, segment), the segment's affine map as the final S^T of the chain over V + K virtual
-     * value columns: rows 0 .. V - 1 are N^T (real v, zero start), rows V .. V + K - 1 are M^T
-     * (v = 0, identity start), f32, row pitch K. cp_start holds the state entering each segment
-     * (S^T, V x K, f32), written by the scan. */
-    int64_t seg_chunks, nseg;
-    float *cp_pre, *cp_start;
+    int ht_vec2;               /* ht is f32 with d contiguous, other strides even, 8-byte aligned */
 };
 
 /* 2^x in one MUFU.EX2 (relative error ~2^-22); x <= 0 here, so no overflow. */

@@ -221,28 +221,28 @@ static gdn_status launch_prep(const ChunkParams &prm, const gdn_problem *p, cuda
 }
 
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
-template <typename T, int K, bool PRE>
+template <typename T, int K, bool SERVE, bool PRE>
 static gdn_status launch_wg(const ChunkParams &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     const int64_t rows = PRE ? p->V + K : p->V;
-    return launch_kernel(chunk_wg_kernel<K, T, PRE>, nseg * p->N * p->HV * (rows / 64), WgConfig<PRE>::THREADS,
+    return launch_kernel(chunk_wg_kernel<K, T, PRE, SERVE>, nseg * p->N * p->HV * (rows / 64), WgConfig<PRE>::THREADS,
                          WgSmem<K, PRE>::BYTES, stream, prm, "chunk_wg launch");
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
  * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
-template <typename T, int K>
+template <typename T, int K, bool SERVE>
 static gdn_status launch_cp(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     gdn_status st = launch_prep<T, K>(prm, p, stream);
     if (st != GDN_OK)
         return st;
-    if ((st = launch_wg<T, K, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
+    if ((st = launch_wg<T, K, SERVE, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
         return st;
     if ((st = launch_kernel(cp_scan_kernel<K>, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(),
                             scan_smem_bytes<K>(), stream, prm, "cp_scan launch")) != GDN_OK)
         return st;
-    return launch_wg<T, K, false>(prm, p, prm.nseg, stream);
+    return launch_wg<T, K, SERVE, false>(prm, p, prm.nseg, stream);
 }
 
 /* Few (sequence, head) pairs without CP: the main pass's CTAs (one per SM) leave most SMs idle,
@@ -260,19 +260,20 @@ static bool coop_fits(const gdn_problem *p)
 }
 
 /* chunk_prep, then the main pass. */
-template <typename T, int K> static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
+template <typename T, int K, bool SERVE>
+static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     const gdn_status st = launch_prep<T, K>(prm, p, stream);
-    return st != GDN_OK ? st : launch_wg<T, K, false>(prm, p, 1, stream);
+    return st != GDN_OK ? st : launch_wg<T, K, SERVE, false>(prm, p, 1, stream);
 }
 
-template <typename T, int K>
+template <typename T, int K, bool SERVE>
 static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
     gdn_status st;
-    auto wg = chunk_wg_kernel<K, T, false>;
+    auto wg = chunk_wg_kernel<K, T, false, SERVE>;
     constexpr int WB = WgSmem<K, false>::BYTES;
     int per_sm = 0;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
@@ -282,7 +283,7 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         return st;
     const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
     if (per_sm < 1 || ctas <= main_ctas) /* no room for prep units */
-        return launch_two<T, K>(prm, p, stream);
+        return launch_two<T, K, SERVE>(prm, p, stream);
     prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
     prm.coop_main = main_ctas;
     int flags0 = 0;
@@ -304,20 +305,28 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
         (void)cudaGetLastError();
         prm.ready = NULL;
-        return launch_two<T, K>(prm, p, stream);
+        return launch_two<T, K, SERVE>(prm, p, stream);
     }
     return gdn_cuda_check(e, "chunk_wg cooperative launch");
 }
 
 /* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid. */
+template <typename T, int K, bool SERVE>
+static gdn_status launch_paths(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
+{
+    if (prm.seg_chunks > 0)
+        return launch_cp<T, K, SERVE>(prm, p, stream);
+    if (coop_fits(p))
+        return launch_coop<T, K, SERVE>(prm, p, stream);
+    return launch_two<T, K, SERVE>(prm, p, stream);
+}
+
+/* The serving instances (state pool, checkpoints) or the plain ones. */
 template <typename T, int K>
 static gdn_status launch_all(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    if (prm.seg_chunks > 0)
-        return launch_cp<T, K>(prm, p, stream);
-    if (coop_fits(p))
-        return launch_coop<T, K>(prm, p, stream);
-    return launch_two<T, K>(prm, p, stream);
+    return prm.pool_idx || prm.ckpt_every > 0 ? launch_paths<T, K, true>(prm, p, stream)
+                                              : launch_paths<T, K, false>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
@@ -438,6 +447,8 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.ckpt_n = p->ckpt_stride_n;
     prm.ckpt_j = p->ckpt_stride_j;
     prm.ckpt_cols = p->ckpt_cols;
+    prm.ht_vec2 = prm.ht && p->state_dtype == GDN_DTYPE_F32 && prm.ht_s[2] == 1 && prm.ht_s[0] % 2 == 0 &&
+                  prm.ht_s[1] % 2 == 0 && prm.ht_s[3] % 2 == 0 && reinterpret_cast<uintptr_t>(prm.ht) % 8 == 0;
     prm.ws = ws + pk.bytes;
     CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < pk.bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, cp))

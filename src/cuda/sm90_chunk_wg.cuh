@@ -71,7 +71,10 @@ template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)
     a[3] = Mma16<T>::pack(d[8 * j + 6], d[8 * j + 7]);
 }
 
-template <int K, typename T, bool PRE>
+/* SERVE: the call has a state pool or checkpoints (ChunkParams::pool_idx, ckpt_every). Those calls
+ * take their own instances, so that the per-chunk checkpoint test and the zeroing of skipped
+ * sequences' outputs stay out of the plain kernels' loops. */
+template <int K, typename T, bool PRE, bool SERVE>
 __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const ChunkParams p)
 {
     using namespace gdn_sm90;
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     if (PRE && seg == 0 && !v_real)
         return; /* the first segment starts from the known state: no M */
     SeqInfo sq = sequence(p, n);
-    const int64_t seq_len = sq.len, hrow = state_row(p, n); /* hrow < 0: skipped, o zeroed */
+    const int64_t seq_len = sq.len, hrow = SERVE ? state_row(p, n) : n; /* hrow < 0: skipped, o zeroed */
     int64_t nchunks = (sq.len + C - 1) / C, cbeg = 0;
     nchunks = min64(nchunks, max64(0, p.slots - sq.slot0));
     if (p.seg_chunks > 0) {
@@ -336,6 +339,17 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         float s[KB][32];
         /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). */
         auto store_s = [&](int64_t row) {
+            if (SERVE && p.ht_vec2) { /* f32, d contiguous, 8-byte aligned: the (d, d + 1) pairs at once */
+#pragma unroll
+                for (int b = 0; b < KB; ++b)
+#pragma unroll
+                    for (int i = 0; i < 32; i += 2) {
+                        const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                        *reinterpret_cast<float2 *>(static_cast<float *>(p.ht) + row * p.ht_s[0] + hv * p.ht_s[1] + d +
+                                                    vv * p.ht_s[3]) = make_float2(s[b][i], s[b][i + 1]);
+                    }
+                return;
+            }
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
@@ -358,7 +372,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                     x = vv - p.V == d ? 1.f : 0.f;
                 else if (!PRE && p.seg_chunks > 0)
                     x = p.cp_start[(((int64_t)pair * p.nseg + seg) * p.V + vv) * K + d];
-                else if (seg == 0 && hrow >= 0 && reads_h0(p, n))
+                else if (seg == 0 && (SERVE ? hrow >= 0 && reads_h0(p, n) : p.h0 != nullptr))
                     x = load_state(p, p.h0, hrow * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
                 s[b][i] = x;
             }
@@ -483,7 +497,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int b = 0; b < KB; ++b)
                 acc_fence(s[b]);
             mbar_arrive(&empty[stage]);
-            if constexpr (!PRE) {
+            if constexpr (!PRE && SERVE) {
                 /* Prefix-cache checkpoint: S after this chunk, when it ends a multiple of the interval. */
                 if (p.ckpt_every > 0 && hrow >= 0 && (cbeg + c + 1) * C <= seq_len) {
                     const int64_t slot = ckpt_slot(p, n, (cbeg + c + 1) * C);
@@ -506,7 +520,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                     const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
                     *reinterpret_cast<float2 *>(p.cp_pre + (pcs * (p.V + K) + vv) * K + d) = make_float2(s[b][i], s[b][i + 1]);
                 }
-        } else if (p.ht && hrow >= 0 && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
+        } else if (p.ht && (!SERVE || hrow >= 0) && (p.seg_chunks == 0 || seg == p.nseg - 1)) {
             store_s(hrow);
         }
         return;
@@ -574,8 +588,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 const int r = (t >> 3) + 16 * it;
                 if (r < cl)
                     *reinterpret_cast<uint4 *>(op_ + r * p.o_t) =
-                        hrow >= 0 ? *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)))
-                                  : make_uint4(0, 0, 0, 0);
+                        !SERVE || hrow >= 0 ? *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)))
+                                            : make_uint4(0, 0, 0, 0);
             }
         }
     }
