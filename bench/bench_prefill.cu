@@ -11,7 +11,7 @@
  *
  * GDN_BENCH_POOL=M (environment) times the serving form instead: the states live in a VK pool (the
  * layout of vLLM's and SGLang's pools) read and written in place through state_indices (slots
- * 0 .. N - 1), and with M > 0 every sequence
+ * 0 .. N - 1; GDN_BENCH_POOL_LAYOUT=kv for a KV pool), and with M > 0 every sequence
  * also writes a prefix-cache checkpoint every M tokens into slots of its own; M = -1: the pool
  * without checkpoints.
  */
@@ -192,7 +192,8 @@ int main(int argc, char **argv)
             CK(cudaMemsetAsync(ht, 0, nst * 4, stream));
             const int64_t spool[4] = {slots, HV, D, D}, sidx[1] = {N}, sck[2] = {N, ck_cols};
             a.initial_state = dev_tensor(ht, GDN_DTYPE_F32, 4, spool);
-            a.state_layout = GDN_STATE_VK;
+            const char *lay = getenv("GDN_BENCH_POOL_LAYOUT");
+            a.state_layout = lay && strcmp(lay, "kv") == 0 ? GDN_STATE_KV : GDN_STATE_VK;
             a.state_indices = dev_tensor(didx, GDN_DTYPE_I32, 1, sidx);
             if (pool_m > 0) {
                 a.checkpoint_interval = pool_m;

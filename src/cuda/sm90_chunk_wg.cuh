@@ -376,6 +376,12 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                     x = load_state(p, p.h0, hrow * p.h0_s[0] + hv * p.h0_s[1] + d * p.h0_s[2] + vv * p.h0_s[3]);
                 s[b][i] = x;
             }
+        /* Checkpoints: every ck_every chunks of the sequence; ck_left counts down to the next one
+         * (32-bit counters, so that the chain loop keeps its registers). A short last chunk ends
+         * none. */
+        const int ck_every = SERVE && !PRE && p.ckpt_every > 0 && hrow >= 0 ? (int)(p.ckpt_every / C) : 0;
+        int ck_left = ck_every > 0 ? ck_every - (int)(cbeg % ck_every) : -1;
+        const int ck_end = seq_len % C == 0 || cbeg + c_end < (seq_len + C - 1) / C ? c_end : c_end - 1;
         int stage = 0;
         uint32_t phase = 0;
 #pragma unroll 1
@@ -499,8 +505,9 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             mbar_arrive(&empty[stage]);
             if constexpr (!PRE && SERVE) {
                 /* Prefix-cache checkpoint: S after this chunk, when it ends a multiple of the interval. */
-                if (p.ckpt_every > 0 && hrow >= 0 && (cbeg + c + 1) * C <= seq_len) {
-                    const int64_t slot = ckpt_slot(p, n, (cbeg + c + 1) * C);
+                if (--ck_left == 0) {
+                    ck_left = ck_every;
+                    const int64_t slot = c < ck_end ? ckpt_slot(p, n, (cbeg + c + 1) * C) : -1;
                     if (slot >= 0)
                         store_s(slot);
                 }
