@@ -94,7 +94,6 @@ struct ChunkParams {
     int64_t ckpt_every;        /* checkpoint interval in tokens, a multiple of C; 0: none */
     const int32_t *ckpt;       /* [N, ckpt_cols] */
     int64_t ckpt_n, ckpt_j, ckpt_cols;
-    int ht_vec2;               /* ht is f32 with d contiguous, other strides even, 8-byte aligned */
 };
 
 /* 2^x in one MUFU.EX2 (relative error ~2^-22); x <= 0 here, so no overflow. */

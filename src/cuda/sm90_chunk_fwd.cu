@@ -447,8 +447,6 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.ckpt_n = p->ckpt_stride_n;
     prm.ckpt_j = p->ckpt_stride_j;
     prm.ckpt_cols = p->ckpt_cols;
-    prm.ht_vec2 = prm.ht && p->state_dtype == GDN_DTYPE_F32 && prm.ht_s[2] == 1 && prm.ht_s[0] % 2 == 0 &&
-                  prm.ht_s[1] % 2 == 0 && prm.ht_s[3] % 2 == 0 && reinterpret_cast<uintptr_t>(prm.ht) % 8 == 0;
     prm.ws = ws + pk.bytes;
     CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < pk.bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, cp))

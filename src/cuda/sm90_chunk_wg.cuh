@@ -339,17 +339,6 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         float s[KB][32];
         /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). */
         auto store_s = [&](int64_t row) {
-            if (SERVE && p.ht_vec2) { /* f32, d contiguous, 8-byte aligned: the (d, d + 1) pairs at once */
-#pragma unroll
-                for (int b = 0; b < KB; ++b)
-#pragma unroll
-                    for (int i = 0; i < 32; i += 2) {
-                        const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
-                        *reinterpret_cast<float2 *>(static_cast<float *>(p.ht) + row * p.ht_s[0] + hv * p.ht_s[1] + d +
-                                                    vv * p.ht_s[3]) = make_float2(s[b][i], s[b][i + 1]);
-                    }
-                return;
-            }
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
