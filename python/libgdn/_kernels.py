@@ -190,6 +190,36 @@ def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
     return o, (final if final is not None else _no_states(q))
 
 
+@custom_op("libgdn::chunk_fwd_pool", mutates_args=("pool",), fake=lambda x: x["v"].new_empty(x["v"].shape))
+def chunk_fwd_pool(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
+                   dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int, lower_bound: float, beta_from_logits: bool,
+                   allow_neg_eigval: bool, scale: float, use_qk_l2norm: bool, cu_seqlens: Optional[Tensor],
+                   state_v_first: bool, pool: Tensor, state_indices: Tensor, has_initial_state: Optional[Tensor],
+                   null_slot_zero: bool, checkpoint_interval: int, checkpoint_indices: Optional[Tensor],
+                   caller: str) -> Tensor:
+    """gdn_chunk_fwd on a state pool: each sequence starts from its slot (or from zeros where
+    has_initial_state is false), its final state goes back to that slot, and with
+    checkpoint_interval > 0 the state every that many tokens to its checkpoint_indices slots."""
+    dev = q.device
+    cu = _as_int32(cu_seqlens)
+    o = _empty(v.shape, v.dtype, dev)
+    args = _fwd_args(C.ChunkFwdArgs, q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, 0.0, 0.0,
+                     beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first)
+    args.initial_state = C.describe(pool, "initial_state")
+    args.null_slot_zero = int(bool(null_slot_zero))
+    args.checkpoint_interval = int(checkpoint_interval)
+    args.o = C.describe(o, "o")
+    args.stream = C.stream_of(q)
+    L = C.lib()
+    kept = _index_args(caller, L.gdn_chunk_fwd_workspace_size, args, dev,
+                       {"cu_seqlens": cu, "state_indices": _as_int32(state_indices),
+                        "has_initial_state": _as_int32(has_initial_state),
+                        "checkpoint_indices": _as_int32(checkpoint_indices)})
+    _run(caller, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
+    del kept
+    return o
+
+
 def _recurrent(q, k, v, g, a, A_log, dt_bias, beta, gate_kind, lower_bound, softplus_beta, softplus_threshold,
                beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu_seqlens, state_v_first, state,
                ssm_state_indices, num_accepted_tokens, null_slot_zero, inplace, states_out, states_dtype, caller):

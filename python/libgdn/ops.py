@@ -14,8 +14,8 @@ Keyword arguments: as FLA, unknown ones are accepted and ignored (one warning pe
 per process); options that would change the result and that libgdn does not implement raise.
 
 The functions resolve their arguments here (plain torch, traceable) and call the custom ops of
-_kernels.py (libgdn::chunk_fwd, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace, gating), which torch.compile
-traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
+_kernels.py (libgdn::chunk_fwd, chunk_fwd_pool, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace, gating),
+which torch.compile traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
 """
 
 import collections
@@ -25,7 +25,7 @@ import torch
 
 from . import _capi as C
 from . import _custom_ops
-from ._kernels import chunk_fwd, chunk_grads, gating, recurrent_fwd, recurrent_fwd_inplace
+from ._kernels import chunk_fwd, chunk_fwd_pool, chunk_grads, gating, recurrent_fwd, recurrent_fwd_inplace
 
 # ------------------------------------------------------------------------------------------------
 # Keyword arguments
@@ -186,6 +186,11 @@ def chunk_gated_delta_rule(
     A_log=None,
     dt_bias=None,
     final_state_dtype=torch.float32,
+    ssm_state_indices=None,
+    has_initial_state=None,
+    null_slot_zero=False,
+    checkpoint_interval=0,
+    checkpoint_indices=None,
     **kwargs,
 ):
     r"""
@@ -240,6 +245,20 @@ def chunk_gated_delta_rule(
         final_state_dtype (torch.dtype, keyword):
             dtype of the returned final state: `torch.float32` (FLA's choice, default) or
             `torch.bfloat16`. States are float64 on the CPU's float64 path.
+        ssm_state_indices (Optional[torch.Tensor], keyword):
+            `[N]` slots of a state pool (vLLM's): `initial_state` is then the pool `[P, HV, K, V]`
+            (`[P, HV, V, K]` with `state_v_first=True`, float32 or bfloat16), sequence `n` starts
+            from slot `ssm_state_indices[n]` and its final state is written back to that slot in
+            place (so `output_final_state` must be False and the returned state is `None`). A
+            negative slot (or 0 with `null_slot_zero=True`) skips the sequence: zero outputs, the
+            pool untouched. Forward only.
+        has_initial_state (Optional[torch.Tensor], keyword):
+            `[N]` bool or int: False starts that sequence from zeros (a new request) instead of
+            reading its slot. Needs `ssm_state_indices`.
+        checkpoint_interval, checkpoint_indices (keyword):
+            Prefix-cache checkpoints: with `checkpoint_interval=M` (a multiple of 64) the state
+            after every `M` tokens of sequence `n` is also written to pool slot
+            `checkpoint_indices[n, j]` (`[N, J]`, negative: skip). Needs `ssm_state_indices`.
         cu_seqlens_cpu, chunk_indices, chunk_size:
             Accepted for FLA compatibility and ignored (nothing is precomputed here).
         cp_context:
@@ -278,9 +297,36 @@ def chunk_gated_delta_rule(
         raise ValueError(f"{fn}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
 
     gate = _gate_tensors(fn, g, A_log, dt_bias, use_gate_in_kernel)
+    if ssm_state_indices is not None:
+        return _chunk_pool_call(fn, q, k, v, gate, beta, use_beta_sigmoid_in_kernel, allow_neg_eigval, scale,
+                                initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first, cu_seqlens,
+                                ssm_state_indices, has_initial_state, null_slot_zero, checkpoint_interval,
+                                checkpoint_indices)
+    if has_initial_state is not None or null_slot_zero or checkpoint_interval or checkpoint_indices is not None:
+        raise ValueError(f"{fn}: has_initial_state, null_slot_zero and checkpoints need ssm_state_indices "
+                         f"(a state pool)")
     return _chunk_call(fn, q, k, v, C.GDN_GATE_GDN, gate, 0.0, beta, use_beta_sigmoid_in_kernel, allow_neg_eigval,
                        scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first,
                        cu_seqlens, final_state_dtype)
+
+
+def _chunk_pool_call(fn, q, k, v, gate, beta, beta_from_logits, allow_neg_eigval, scale, pool, output_final_state,
+                     use_qk_l2norm, state_v_first, cu_seqlens, indices, has_initial_state, null_slot_zero,
+                     checkpoint_interval, checkpoint_indices):
+    """The chunked forward on a state pool (libgdn::chunk_fwd_pool): returns (o, None)."""
+    if pool is None:
+        raise ValueError(f"{fn}: ssm_state_indices needs initial_state, the state pool")
+    if output_final_state:
+        raise ValueError(f"{fn}: with ssm_state_indices the final states are written into the pool "
+                         f"(initial_state) in place; pass output_final_state=False")
+    g, a, A_log, dt_bias = gate
+    _forward_only(fn, q, k, v, g, a, A_log, dt_bias, beta, pool)
+    o = chunk_fwd_pool(q, k, v, g, a, A_log, dt_bias, beta, C.GDN_GATE_GDN, 0.0, bool(beta_from_logits),
+                                bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm),
+                                _index_tensor(cu_seqlens), bool(state_v_first), pool, _index_tensor(indices),
+                                _index_tensor(has_initial_state), bool(null_slot_zero), int(checkpoint_interval),
+                                _index_tensor(checkpoint_indices), fn)
+    return o, None
 
 
 chunk_gdn = chunk_gated_delta_rule

@@ -1,5 +1,6 @@
-"""State-pool decode as serving engines call it: vLLM's fused_recurrent_gated_delta_rule (plain and
-speculative decode), fused_gdn_gating, both fused_sigmoid_gating_delta_rule_update signatures
+"""State pools as serving engines use them: the chunked prefill on a pool (ssm_state_indices,
+has_initial_state, checkpoints) against gather-call-scatter; decode: vLLM's
+fused_recurrent_gated_delta_rule (plain and speculative decode), fused_gdn_gating, both fused_sigmoid_gating_delta_rule_update signatures
 (SGLang's, vLLM's), padded and null slots, per-step state writes, against the float64 reference."""
 
 import pytest
@@ -8,7 +9,7 @@ import torch.nn.functional as F
 
 import libgdn
 import libgdn.vllm as vllm_ops
-from reference import gdn_gate, kv, l2norm, rel_err
+from reference import gdn_gate, kv, l2norm, make_inputs, rel_err
 
 H, HV, K, V = 2, 4, 64, 64
 
@@ -268,3 +269,75 @@ def test_recurrent_chunk_prefill_then_pool_decode(device, gen):
                                                             state_v_first=True, use_qk_l2norm_in_kernel=True)
     assert rel_err(o1, o_all[:, T0:]) < 2e-5
     assert rel_err(pool[slots], ht_all) < 2e-5
+
+
+@pytest.mark.parametrize("v_first", [True, False])
+def test_chunk_prefill_on_pool_matches_gather_scatter(device, gen, v_first):
+    """chunk_gated_delta_rule reading and writing a vLLM-style pool (ssm_state_indices,
+    has_initial_state, a padding slot, checkpoints every 64 tokens) gives bitwise what engines get
+    by gathering the states, calling it, and scattering the final states back; the checkpoints are
+    the final states of calls on the prefixes."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    lens = [70, 0, 150, 129, 64]
+    N, T = len(lens), sum(lens)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=device)
+    q, k, v, g, beta = (x.to(device) for x in make_inputs(1, T, H, HV, K, V, dtype, "cpu", gen=gen))
+    P, M, J = 16, 64, 3
+    shape = (P, HV, V, K) if v_first else (P, HV, K, V)
+    pool = torch.randn(*shape, generator=gen).to(device)
+    idx = torch.tensor([5, 2, -1, 9, 0], dtype=torch.int32, device=device)
+    has = torch.tensor([True, True, True, False, True], device=device)
+    ck = torch.tensor([[11, 12, 13], [14, -1, -1], [1, 3, 4], [6, -1, 7], [8, 10, 15]], dtype=torch.int32,
+                      device=device)
+    kw = dict(use_qk_l2norm_in_kernel=True, state_v_first=v_first, cu_seqlens=cu)
+    before = pool.clone()
+    o, none = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx,
+                                            has_initial_state=has, checkpoint_interval=M, checkpoint_indices=ck,
+                                            **kw)
+    assert none is None
+
+    # Gather, call, scatter (the skipped sequence starts from zeros there; its outputs are dropped).
+    live = idx >= 0
+    h0 = torch.zeros(N, *shape[1:], device=device)
+    h0[live] = before[idx[live].long()]
+    h0[~has] = 0
+    o_ref, ht = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, **kw)
+    expect = before.clone()
+    expect[idx[live].long()] = ht[live]
+    starts = cu.tolist()
+    for n in range(N):
+        rows = slice(starts[n], starts[n + 1])
+        if idx[n] < 0:
+            assert torch.count_nonzero(o[:, rows]) == 0
+            continue
+        assert torch.equal(o[:, rows], o_ref[:, rows]), f"o of sequence {n}"
+        for j in range(J):
+            if (j + 1) * M > lens[n] or ck[n, j] < 0:
+                continue
+            a, b = starts[n], starts[n] + (j + 1) * M
+            _, hp = libgdn.chunk_gated_delta_rule(q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b],
+                                                  initial_state=h0[n:n + 1], output_final_state=True,
+                                                  use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+            expect[ck[n, j].long()] = hp[0]
+    written = expect.ne(before).flatten(1).any(1) | torch.zeros(P, dtype=torch.bool, device=device)
+    assert torch.equal(pool[~written], before[~written]), "slots that nothing writes stay as they were"
+    for s in torch.nonzero(written).flatten().tolist():
+        assert rel_err(pool[s], expect[s]) < (2e-5 if device == "cuda" else 1e-6), f"pool slot {s}"
+        if device == "cpu":
+            assert torch.equal(pool[s], expect[s]), f"pool slot {s} (bitwise on the CPU)"
+
+
+def test_chunk_pool_argument_errors(device, gen):
+    q, k, v, g, beta = (x.to(device) for x in make_inputs(1, 64, H, HV, K, V, torch.float32, "cpu", gen=gen))
+    pool = torch.zeros(3, HV, K, V, device=device)
+    idx = torch.tensor([1], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="output_final_state=False"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx,
+                                      output_final_state=True)
+    with pytest.raises(ValueError, match="need ssm_state_indices"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, checkpoint_interval=64)
+    with pytest.raises(libgdn.GDNError, match="multiple of 64"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx,
+                                      checkpoint_interval=32, checkpoint_indices=idx.view(1, 1))
+    with pytest.raises(libgdn.GDNError, match="out of range"):
+        libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx.cpu() + 5)
