@@ -1,15 +1,59 @@
 """vLLM's GDN entry points with vLLM's current signatures (vllm/model_executor/layers/fla/ops),
 over libgdn: a drop-in for `from vllm.model_executor.layers.fla.ops import ...`.
 
-    from libgdn.vllm import fused_recurrent_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
+    from libgdn.vllm import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 """
 
 import torch
 
-from .ops import _options, fused_gdn_gating, fused_recurrent_gated_delta_rule as _fused_recurrent
+from .ops import _options, chunk_gated_delta_rule as _chunk, fused_gdn_gating, \
+    fused_recurrent_gated_delta_rule as _fused_recurrent
 from .serving import _decode_update
 
-__all__ = ["fused_recurrent_gated_delta_rule", "fused_sigmoid_gating_delta_rule_update", "fused_gdn_gating"]
+__all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "fused_sigmoid_gating_delta_rule_update",
+           "fused_gdn_gating"]
+
+
+def chunk_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    cu_seqlens=None,
+    head_first=False,
+    use_qk_l2norm_in_kernel=False,
+    *,
+    state_v_first=False,
+    ssm_state_indices=None,
+    has_initial_state=None,
+    null_slot_zero=False,
+    checkpoint_interval=0,
+    checkpoint_indices=None,
+    **kwargs,
+):
+    r"""
+    vLLM's `chunk_gated_delta_rule` (positional order and defaults as vLLM's), the prefill of
+    `GatedDeltaNetAttention`. With `ssm_state_indices` (keyword) the call reads and writes vLLM's
+    state pool itself instead of the gather before and the scatter after it: `initial_state` is the
+    pool `[P, HV, K, V]` (`[P, HV, V, K]` with `state_v_first=True`), sequence `n` starts from slot
+    `ssm_state_indices[n]` (from zeros where `has_initial_state[n]` is False) and its final state
+    goes back to that slot; `output_final_state` must then be False. `checkpoint_interval` /
+    `checkpoint_indices` write the state every M tokens into pool slots (prefix caching). Other
+    arguments as `libgdn.chunk_gated_delta_rule`; `head_first=True` raises.
+
+    Returns:
+        o (torch.Tensor): `[B, T, HV, V]`.
+        final_state (Optional[torch.Tensor]): `[N, HV, K, V]` with `output_final_state`, else None.
+    """
+    return _chunk(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                  cu_seqlens=cu_seqlens, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
+                  ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                  null_slot_zero=null_slot_zero, checkpoint_interval=checkpoint_interval,
+                  checkpoint_indices=checkpoint_indices, head_first=head_first, **kwargs)
 
 
 def fused_recurrent_gated_delta_rule(

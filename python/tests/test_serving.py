@@ -291,9 +291,10 @@ def test_chunk_prefill_on_pool_matches_gather_scatter(device, gen, v_first):
                       device=device)
     kw = dict(use_qk_l2norm_in_kernel=True, state_v_first=v_first, cu_seqlens=cu)
     before = pool.clone()
-    o, none = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx,
-                                            has_initial_state=has, checkpoint_interval=M, checkpoint_indices=ck,
-                                            **kw)
+    # vLLM's positional order (scale, initial_state, output_final_state, cu_seqlens, head_first)
+    o, none = vllm_ops.chunk_gated_delta_rule(q, k, v, g, beta, None, pool, False, cu, False, True,
+                                              state_v_first=v_first, ssm_state_indices=idx, has_initial_state=has,
+                                              checkpoint_interval=M, checkpoint_indices=ck)
     assert none is None
 
     # Gather, call, scatter (the skipped sequence starts from zeros there; its outputs are dropped).
