@@ -7,10 +7,8 @@
  * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
  * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
  * programmatic stream serialization where that pays (tma_use_pdl).
- * KDA gates (a decay per key) take the CUDA-core paths by the same rules, as instances with
- * KDA = true (the per-key decays staged in shared memory, sm90_recurrent_kernel.cuh), at every
- * token count: the KDA variant of the tensor-core path (sm90_recurrent_mma.cuh) gives wrong states
- * in the GPU tests, so it is not instantiated until it is fixed.
+ * KDA gates (a decay per key) take the same paths by the same rules, as instances with KDA = true
+ * (the per-key decays staged in shared memory; sm90_recurrent_kernel.cuh, sm90_recurrent_mma.cuh).
  */
 #include "cuda_common.cuh"
 #include "sm90_recurrent_launch.cuh"
@@ -123,7 +121,7 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
                      state_view_vec(p->step_states, VE);
     if (!vec)
         return launch_generic<K, StateT, InT, false, KDA>(prm, p);
-    if constexpr (K <= 128 && !KDA) {
+    if constexpr (K <= 128) {
         if (use_mma_path(prm, p))
             return launch_mma<K, StateT, InT, KDA>(prm, p);
     }

@@ -218,11 +218,13 @@ __device__ __forceinline__ float4 tile_piece(const StateT *tile, int K, int row,
 }
 
 /* Stages tokens [tok0, tok0 + tc) (stage_tokens) and pads the chunk to 8 tokens that change
- * nothing. Run by the whole CTA. */
-template <int K, typename InT, int ROWS>
-__device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, MmaStage<K, ROWS> &st, int64_t b,
+ * nothing. Run by the whole CTA. Stage is the kernel's own stage type (MmaStage or MmaKdaStage):
+ * stage_tokens reads the gate kind from it, so it must not be passed as the base. */
+template <int K, typename InT, int ROWS, typename Stage>
+__device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, Stage &st, int64_t b,
                                                 int64_t tok0, int tc, int h, int hv, int row_base, int cta_rows)
 {
+    static_assert(std::is_base_of<MmaStage<K, ROWS>, Stage>::value, "a tensor-core stage");
     stage_tokens<K, InT, 2, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
     for (int i = threadIdx.x; i < (TOKEN_CHUNK - tc) * K; i += blockDim.x) {
         const int j = tc + i / K, d = i % K;
@@ -556,7 +558,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
         const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
-        mma_stage_chunk<K, InT>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
+        mma_stage_chunk<K, InT, TILE_ROWS>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         if constexpr (KDA)
             mma_pad_decays(st, tc0);
         __syncthreads();
@@ -572,7 +574,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
             const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage is no longer read */
-                mma_stage_chunk<K, InT>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
+                mma_stage_chunk<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
                 if constexpr (KDA)
                     mma_pad_decays(st, tc);
                 __syncthreads();
