@@ -250,7 +250,7 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_pad_decays(MmaKda
 /* KDA, after the stage (and mma_pad_decays): per key, Gam_t = e_0 .. e_t and D[t][j] =
  * e_{j+1} .. e_t as direct products; khat = D[7][j] o k_j, gam_last = Gam_7, the dots
  * q_t . D k_j and k_t . D k_j (j <= t) summed over the thread's keys, then over the warp, into
- * dots[warp] (one row t at a time: all 72 sums live at once spilled); last q and k become
+ * dots[warp] (one row t at a time: all 72 sums live at once spill); last q and k become
  * Gam_t o q_t and Gam_t o k_t in place (each key is read and written by one thread only). Run by
  * the whole CTA; read after the next barrier. */
 template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st)
@@ -503,7 +503,7 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 /* CTAs per SM the register budget is set for: at K = 128 five (at most 96 registers; shared
  * memory allows five as well, 43.5 KB f32 / 45.5 KB bf16), at K = 64 four (capped at 96 it
  * spilled up to 60 bytes). KDA at K = 128: four (its stage's decays and dots make about 54 KB of
- * shared memory, so four CTAs fit; capped at 96 registers an instance spilled). */
+ * shared memory, so four CTAs fit; capped at 96 registers an instance spills). */
 __host__ __device__ constexpr int mma_min_ctas(int K, bool kda = false)
 {
     return K == 128 && !kda ? 5 : 4;
