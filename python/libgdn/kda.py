@@ -1,8 +1,8 @@
 """Kimi Delta Attention (per-key-channel decays) with FLA's signatures: chunk_kda and
 fused_recurrent_kda (`fla.ops.kda`), forward only, over the same libgdn ops as the GDN functions.
-The CPU backend runs both; on CUDA fused_recurrent_kda runs on the recurrent kernel (decode and
-speculative verify, every serving argument), while chunk_kda raises GDNUnsupportedError (a
-NotImplementedError) saying that the CUDA chunk kernel takes no KDA gates yet."""
+The CPU backend runs both; on CUDA both run on the recurrent kernel (decode and speculative
+verify, every serving argument): no CUDA chunk kernel takes KDA gates yet, so chunk_kda's prefill
+runs there too, with one warning per process (same results, slower for long prompts)."""
 
 import torch
 

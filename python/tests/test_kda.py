@@ -117,3 +117,27 @@ def test_kda_spec_verify(device, gen, HV, H, K, T):
     untouched = [s for s in range(P) if s == 0 or s > N * T or T + 1 <= s <= 2 * T]  # seq 1 is skipped
     for s in untouched:
         assert torch.equal(ret[s].cpu(), pool[s])
+
+
+def test_chunk_kda_on_the_recurrent_kernel(gen, monkeypatch):
+    """chunk_kda sent to the recurrent op, as it is on CUDA (no CUDA chunk kernel takes KDA gates
+    yet): routed here on the CPU, it matches the chunk op's results and keeps its arguments
+    (varlen, initial state in the V-first layout, in-kernel safe gate, final state)."""
+    from libgdn import ops
+    B, T, H, HV, K, V = 1, 90, 1, 2, 64, 64
+    q, k, v, _, beta = make_inputs(B, T, H, HV, K, V, torch.float32, "cpu", kda=True, gen=gen)
+    a = torch.randn(B, T, HV, K, generator=gen)
+    h0 = torch.randn(3, HV, V, K, generator=gen) * 0.5
+    kw = dict(initial_state=h0, output_final_state=True, state_v_first=True, use_qk_l2norm_in_kernel=True,
+              cu_seqlens=torch.tensor([0, 20, 20, 90]), use_gate_in_kernel=True, A_log=torch.rand(HV, generator=gen),
+              dt_bias=torch.randn(HV * K, generator=gen), safe_gate=True, lower_bound=-4.0)
+    o_chunk, h_chunk = libgdn.chunk_kda(q, k, v, a, beta, **kw)
+    calls = []
+    monkeypatch.setattr(ops, "_recurrent_instead", lambda fn, q_, kind: calls.append(kind) or True)
+    o_rec, h_rec = libgdn.chunk_kda(q, k, v, a, beta, **kw)
+    assert calls, "the routing was not consulted"
+    assert not torch.equal(o_rec, o_chunk), "the recurrent kernel (a different summation order) did not run"
+    assert h_rec.shape == h_chunk.shape and h_rec.dtype == h_chunk.dtype
+    assert rel_err(o_rec, o_chunk) < 2e-5
+    assert rel_err(h_rec, h_chunk) < 2e-5
+
