@@ -219,7 +219,12 @@ static int check_case(gdn_dtype sd, int64_t B, int64_t T)
     CK(cudaDeviceSynchronize());
     void *do_ = to_host(s.o, nv), *dpool = to_host(s.pool, np);
     gdn_recurrent_fwd_args x = make_args(s, GDN_DEVICE_CPU, hq, hk, hv, ho, ha, hb, hA, hdt, hpool, hidx, 0);
-    gdn_status st = gdn_recurrent_fwd(&x);
+    gdn_status st = gdn_recurrent_fwd_workspace_size(&x, &x.workspace_bytes); /* the CPU's scratch */
+    if (st == GDN_OK && x.workspace_bytes && !(x.workspace = aligned_alloc(256, (x.workspace_bytes + 255) / 256 * 256)))
+        st = GDN_ERR_OUT_OF_MEMORY;
+    if (st == GDN_OK)
+        st = gdn_recurrent_fwd(&x);
+    free(x.workspace);
     double eo = st == GDN_OK ? rel_rms(do_, ho, nv / 2, GDN_DTYPE_BF16) : INFINITY;
     double es = st == GDN_OK ? rel_rms(dpool, hpool, np / gdn_dtype_size(sd), sd) : INFINITY;
     double tol_o = 1e-2, tol_s = sd == GDN_DTYPE_F32 ? 1e-4 : 1e-2;

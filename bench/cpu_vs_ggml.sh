@@ -40,7 +40,7 @@ if [ ! -x "$gbuild/bin/test-backend-ops" ]; then
 fi
 cmake -S . -B "$out/gdn" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=OFF >"$out/gdn-configure.log" 2>&1
 nice cmake --build "$out/gdn" --target gdn_static -j"$jobs" >"$out/gdn-build.log" 2>&1
-cc -std=c11 -O2 -Iinclude bench/cpu_bench.c "$out/gdn/libgdn_static.a" -lpthread -lm -o "$out/cpu_bench"
+cc -std=c11 -O2 -Iinclude bench/cpu_bench.c "$out/gdn/libgdn.a" -lpthread -lm -o "$out/cpu_bench"
 
 pin=()
 if [ "$(nproc)" -gt "$threads" ]; then

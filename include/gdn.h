@@ -29,9 +29,9 @@
  *     op: GDN and KDA gates, K and V = 64 / 128 / 256. Both: f32 or bf16 states.
  *   - Every call validates all arguments on the host before any work. On error nothing is
  *     written, the status says what kind of error, and gdn_last_error() names the argument and
- *     the reason. CUDA calls never allocate, synchronise or read device memory from the host,
- *     so they can be captured in CUDA graphs; scratch memory comes from a caller workspace
- *     sized by the matching *_workspace_size() query.
+ *     the reason. No call allocates: scratch memory comes from a caller workspace sized by the
+ *     matching *_workspace_size() query, on CPU and CUDA alike. CUDA calls never synchronise or
+ *     read device memory from the host, so they can be captured in CUDA graphs.
  *
  * Build: cmake -S . -B build && cmake --build build   (CUDA backend when nvcc is found)
  */
@@ -220,8 +220,9 @@ typedef struct gdn_chunk_fwd_args {
 
     gdn_tensor o;            /* [B, T, HV, V] same dtype as q; B >= 1; must not overlap any input */
 
-    void *workspace;         /* CUDA: gdn_chunk_fwd_workspace_size() bytes, 256-byte aligned (as cudaMalloc
-                              * returns); checked once, before any launch. CPU: ignored */
+    void *workspace;         /* gdn_chunk_fwd_workspace_size() bytes, 256-byte aligned (as cudaMalloc
+                              * returns); checked once, before any work. CPU: the threads' scratch (the
+                              * call runs on as many threads as it covers, one at least) */
     size_t workspace_bytes;
     void *stream;            /* cudaStream_t for CUDA tensors */
 } gdn_chunk_fwd_args;
@@ -345,7 +346,8 @@ typedef struct gdn_recurrent_fwd_args {
 
     gdn_tensor o;            /* [B, T, HV, V] same dtype as q */
 
-    void *workspace;         /* gdn_recurrent_fwd_workspace_size() bytes (0 today), 256-byte aligned */
+    void *workspace;         /* gdn_recurrent_fwd_workspace_size() bytes, 256-byte aligned (CPU: the
+                              * threads' scratch, as for gdn_chunk_fwd; CUDA: 0 bytes today) */
     size_t workspace_bytes;
     void *stream;
 } gdn_recurrent_fwd_args;

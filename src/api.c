@@ -851,6 +851,7 @@ typedef struct fwd_op {
     gdn_status (*cpu_check)(const gdn_problem *p);  /* the backends' own limits (problem.h) */
     gdn_status (*cuda_check)(const gdn_problem *p);
     gdn_status (*cpu)(const gdn_problem *p);
+    size_t (*cpu_workspace)(const gdn_problem *p, int least);
     size_t (*cuda_workspace)(const gdn_problem *p);     /* the query's answer: the fastest path */
     size_t (*cuda_workspace_min)(const gdn_problem *p); /* the least the call accepts */
     gdn_status (*cuda)(const gdn_problem *p);
@@ -860,7 +861,7 @@ static size_t fwd_workspace(const fwd_op *op, const gdn_problem *p, int least)
 {
     if (p->device == GDN_DEVICE_CUDA)
         return least ? op->cuda_workspace_min(p) : op->cuda_workspace(p);
-    return 0;
+    return op->cpu_workspace(p, least);
 }
 
 /* Arguments valid, backend built in, problem within the backend's limits: what a query and a call
@@ -929,6 +930,7 @@ static const fwd_op chunk_op = {resolve_chunk_any,
                                 gdn_cpu_chunk_fwd_check,
                                 gdn_cuda_chunk_fwd_check,
                                 gdn_cpu_chunk_fwd,
+                                gdn_cpu_chunk_fwd_workspace,
                                 gdn_cuda_chunk_fwd_workspace_size,
                                 gdn_cuda_chunk_fwd_workspace_min,
                                 gdn_cuda_chunk_fwd};
@@ -936,6 +938,7 @@ static const fwd_op recurrent_op = {resolve_recurrent_any,
                                     gdn_cpu_recurrent_fwd_check,
                                     gdn_cuda_recurrent_fwd_check,
                                     gdn_cpu_recurrent_fwd,
+                                    gdn_cpu_recurrent_fwd_workspace,
                                     gdn_cuda_recurrent_fwd_workspace_size,
                                     gdn_cuda_recurrent_fwd_workspace_size,
                                     gdn_cuda_recurrent_fwd};

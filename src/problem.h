@@ -134,6 +134,10 @@ gdn_status gdn_set_error(gdn_status status, const char *fmt, ...)
 gdn_status gdn_cpu_gating(const gdn_gating_problem *p);
 gdn_status gdn_cpu_chunk_fwd_check(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p);
+/* Scratch of the CPU forward ops, from the caller's workspace: least = one thread's share (the
+ * call runs on as many threads as the workspace covers), else the current thread count's. */
+size_t gdn_cpu_chunk_fwd_workspace(const gdn_problem *p, int least);
+size_t gdn_cpu_recurrent_fwd_workspace(const gdn_problem *p, int least);
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p);
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p);
 /* threads: the thread count the size is for; 0 the count the call would use (the query's answer). */

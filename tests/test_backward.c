@@ -229,7 +229,7 @@ static double loss(bw_call *k)
     f.initial_state = k->a.initial_state;
     f.final_state = k->ht;
     f.o = k->o;
-    gdn_status st = gdn_chunk_fwd(&f);
+    gdn_status st = tu_chunk_fwd(&f);
     if (st != GDN_OK) {
         tu_expect(0, "forward: %s", gdn_last_error());
         return NAN;

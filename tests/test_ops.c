@@ -474,6 +474,28 @@ static int test_thread_count_invariance(void)
             snprintf(what, sizeof what, "%s ht, %d threads vs 1", op ? "recurrent" : "chunk", counts[i]);
             tu_check(what, tu_compare(c.ht, GDN_DTYPE_F32, s1, GDN_DTYPE_F32, n_s), 0.0);
         }
+        /* 8 threads wanted, a workspace sized for 1: the call runs on the threads it covers. */
+        gdn_set_num_threads(1);
+        gdn_recurrent_fwd_args a = tu_case_recurrent_args(&c);
+        gdn_chunk_fwd_args ca = tu_chunk_args(&a);
+        size_t one = 0;
+        gdn_status st = op ? gdn_recurrent_fwd_workspace_size(&a, &one) : gdn_chunk_fwd_workspace_size(&ca, &one);
+        gdn_set_num_threads(8);
+        size_t eight = 0;
+        st = st == GDN_OK ? (op ? gdn_recurrent_fwd_workspace_size(&a, &eight) : gdn_chunk_fwd_workspace_size(&ca, &eight))
+                          : st;
+        tu_expect(st == GDN_OK && one > 0 && eight > one, "%s workspace: %zu bytes for 1 thread, %zu for 8",
+                  op ? "recurrent" : "chunk", one, eight);
+        void *ws = aligned_alloc(256, (one + 255) / 256 * 256);
+        tu_case_poison(&c);
+        a.workspace = ca.workspace = ws;
+        a.workspace_bytes = ca.workspace_bytes = one;
+        st = op ? gdn_recurrent_fwd(&a) : gdn_chunk_fwd(&ca);
+        tu_expect(st == GDN_OK, "%s with one thread's workspace: %s", op ? "recurrent" : "chunk", gdn_last_error());
+        char what[96];
+        snprintf(what, sizeof what, "%s o, one thread's workspace vs 1 thread", op ? "recurrent" : "chunk");
+        tu_check(what, tu_compare(c.o, GDN_DTYPE_F32, o1, GDN_DTYPE_F32, n_o), 0.0);
+        free(ws);
     }
     gdn_set_num_threads(0);
     tu_expect(gdn_get_num_threads() >= 1, "gdn_set_num_threads(0) resets to a positive default");

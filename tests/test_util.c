@@ -794,12 +794,46 @@ gdn_chunk_fwd_args tu_chunk_args(const gdn_recurrent_fwd_args *r)
     return a;
 }
 
+/* 256-byte aligned host memory of at least `bytes` (NULL for 0). */
+static void *host_workspace(size_t bytes)
+{
+    return bytes ? aligned_alloc(256, (bytes + 255) / 256 * 256) : NULL;
+}
+
+gdn_status tu_chunk_fwd(const gdn_chunk_fwd_args *a)
+{
+    if (!a || a->workspace)
+        return gdn_chunk_fwd(a);
+    gdn_chunk_fwd_args c = *a;
+    gdn_status st = gdn_chunk_fwd_workspace_size(&c, &c.workspace_bytes);
+    if (st != GDN_OK)
+        return st;
+    c.workspace = host_workspace(c.workspace_bytes);
+    st = gdn_chunk_fwd(&c);
+    free(c.workspace);
+    return st;
+}
+
+gdn_status tu_recurrent_fwd(const gdn_recurrent_fwd_args *a)
+{
+    if (!a || a->workspace)
+        return gdn_recurrent_fwd(a);
+    gdn_recurrent_fwd_args r = *a;
+    gdn_status st = gdn_recurrent_fwd_workspace_size(&r, &r.workspace_bytes);
+    if (st != GDN_OK)
+        return st;
+    r.workspace = host_workspace(r.workspace_bytes);
+    st = gdn_recurrent_fwd(&r);
+    free(r.workspace);
+    return st;
+}
+
 gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a)
 {
     if (op == TU_RECURRENT)
-        return gdn_recurrent_fwd(a);
+        return tu_recurrent_fwd(a);
     gdn_chunk_fwd_args c = tu_chunk_args(a);
-    return gdn_chunk_fwd(&c);
+    return tu_chunk_fwd(&c);
 }
 
 unsigned char *tu_case_fused_qkv(const tu_case *c, int64_t ds, gdn_tensor *q, gdn_tensor *k, gdn_tensor *v)
@@ -846,7 +880,7 @@ gdn_status tu_case_reference(tu_case *c)
     if (c->h064)
         a.state = tu_case_state(c, c->h064, f64, c->N);
     a.final_state = tu_case_state(c, c->ht_ref, f64, c->N);
-    gdn_status st = gdn_recurrent_fwd(&a);
+    gdn_status st = tu_recurrent_fwd(&a);
     if (st != GDN_OK)
         printf("    oracle failed: %s (%s)\n", gdn_status_string(st), gdn_last_error());
     return st;
@@ -1057,9 +1091,9 @@ void tu_pool_run(const tu_pool_spec *s, const tu_case_config *base, uint64_t see
             ca.checkpoint_interval = s->M;
             ca.checkpoint_indices = TU_TENSOR(ck, GDN_DTYPE_I32, s->N, s->ck_cols);
         }
-        st = s->run_chunk ? s->run_chunk(ca) : gdn_chunk_fwd(&ca);
+        st = s->run_chunk ? s->run_chunk(ca) : tu_chunk_fwd(&ca);
     } else {
-        st = run ? run(a) : gdn_recurrent_fwd(&a);
+        st = run ? run(a) : tu_recurrent_fwd(&a);
     }
     if (!tu_expect(st == GDN_OK, "%s: %s (%s)", s->label, gdn_status_string(st), gdn_last_error()))
         goto done;

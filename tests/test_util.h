@@ -241,6 +241,12 @@ gdn_chunk_fwd_args tu_chunk_args(const gdn_recurrent_fwd_args *a);
  * tu_chunk_args(a), TU_RECURRENT runs gdn_recurrent_fwd on a. */
 enum { TU_CHUNK = 0, TU_RECURRENT = 1 };
 gdn_status tu_fwd(int op, const gdn_recurrent_fwd_args *a);
+
+/* gdn_chunk_fwd / gdn_recurrent_fwd as a caller makes them: with the workspace of the query
+ * (host memory, 256-byte aligned) when the args carry none; args with a workspace, and NULL, are
+ * passed through. For host tensors (the CUDA tests manage their device workspaces themselves). */
+gdn_status tu_chunk_fwd(const gdn_chunk_fwd_args *a);
+gdn_status tu_recurrent_fwd(const gdn_recurrent_fwd_args *a);
 /* The case's q, k and v copied into one fused projection, per token [q | k | v] of ds*H*K, ds*H*K
  * and HV*V elements, q and k with element stride ds (>= 1; the gaps poisoned). Sets the three
  * slices' descriptors and returns the buffer (the caller frees it). */

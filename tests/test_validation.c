@@ -327,14 +327,14 @@ static void fields_of_recurrent(gdn_recurrent_fwd_args *a, fields *f)
 static int test_baseline_valid(void)
 {
     gdn_chunk_fwd_args c = base_chunk();
-    gdn_status st = gdn_chunk_fwd(&c);
+    gdn_status st = tu_chunk_fwd(&c);
     tu_expect(st == GDN_OK, "baseline chunk: %s (%s)", gdn_status_string(st), gdn_last_error());
     tu_expect(gdn_last_error()[0] == 0, "gdn_last_error() after success: \"%s\"", gdn_last_error());
     gdn_recurrent_fwd_args r = base_recurrent();
-    st = gdn_recurrent_fwd(&r);
+    st = tu_recurrent_fwd(&r);
     tu_expect(st == GDN_OK, "baseline recurrent: %s (%s)", gdn_status_string(st), gdn_last_error());
     r = base_pool();
-    st = gdn_recurrent_fwd(&r);
+    st = tu_recurrent_fwd(&r);
     tu_expect(st == GDN_OK, "baseline pool: %s (%s)", gdn_status_string(st), gdn_last_error());
     /* every varlen / raw-gate / KDA helper used by the cases is valid on its own */
     for (int which = 0; which < 3; which++) {
@@ -347,13 +347,21 @@ static int test_baseline_valid(void)
             use_raw_gates(&f);
         else
             use_kda_raw(&f);
-        st = gdn_chunk_fwd(&c);
+        st = tu_chunk_fwd(&c);
         tu_expect(st == GDN_OK, "baseline chunk variant %d: %s (%s)", which, gdn_status_string(st), gdn_last_error());
     }
-    size_t bytes = 1;
+    /* The CPU ops take their scratch from the caller's workspace too: without it they refuse
+     * (naming the workspace and the size the query gives) and write nothing. */
+    size_t bytes = 0;
     c = base_chunk();
     st = gdn_chunk_fwd_workspace_size(&c, &bytes);
-    tu_expect(st == GDN_OK && bytes == 0, "CPU chunk workspace: %s, %zu bytes", gdn_status_string(st), bytes);
+    tu_expect(st == GDN_OK && bytes > 0, "CPU chunk workspace: %s, %zu bytes", gdn_status_string(st), bytes);
+    poison_outputs();
+    st = gdn_chunk_fwd(&c);
+    expect_error("chunk", "CPU call without a workspace", st, GDN_ERR_WORKSPACE, "workspace");
+    r = base_recurrent();
+    st = gdn_recurrent_fwd(&r);
+    expect_error("recurrent", "CPU call without a workspace", st, GDN_ERR_WORKSPACE, "workspace");
     return TU_PASS;
 }
 
@@ -365,7 +373,7 @@ static int test_common_errors_chunk(void)
         fields_of_chunk(&a, &f);
         COMMON[i].mutate(&f);
         poison_outputs();
-        gdn_status st = gdn_chunk_fwd(&a);
+        gdn_status st = tu_chunk_fwd(&a);
         expect_error("chunk", COMMON[i].name, st, COMMON[i].want, COMMON[i].names);
         /* the workspace query validates the same way */
         size_t bytes = 12345;
@@ -384,7 +392,7 @@ static int test_common_errors_recurrent(void)
         fields_of_recurrent(&a, &f);
         COMMON[i].mutate(&f);
         poison_outputs();
-        gdn_status st = gdn_recurrent_fwd(&a);
+        gdn_status st = tu_recurrent_fwd(&a);
         expect_error("recurrent", COMMON[i].name, st, COMMON[i].want, COMMON[i].names);
     }
     return TU_PASS;
@@ -458,7 +466,7 @@ static int test_recurrent_errors(void)
         gdn_recurrent_fwd_args a = base_pool();
         RECURRENT[i].mutate(&a);
         poison_outputs();
-        gdn_status st = gdn_recurrent_fwd(&a);
+        gdn_status st = tu_recurrent_fwd(&a);
         expect_error("recurrent", RECURRENT[i].name, st, RECURRENT[i].want, RECURRENT[i].names);
         size_t bytes = 12345;
         poison_outputs();
@@ -497,13 +505,13 @@ static int test_exact_alias_allowed(void)
     tu_rng r = tu_rng_make(5);
     tu_fill_normal(X.h0, n_s, &r, 0.0f, 0.5f);
     gdn_chunk_fwd_args c = base_chunk();
-    gdn_status st = gdn_chunk_fwd(&c);
+    gdn_status st = tu_chunk_fwd(&c);
     tu_expect(st == GDN_OK, "chunk separate states: %s", gdn_last_error());
     float *want_o = tu_snapshot(X.o, (size_t)(B * T * HV * V) * sizeof(float));
     memcpy(X.big, X.h0, n_s * sizeof(float));
     c.initial_state = t4(X.big, B, HV, K, V);
     c.final_state = c.initial_state;
-    st = gdn_chunk_fwd(&c);
+    st = tu_chunk_fwd(&c);
     tu_expect(st == GDN_OK, "chunk final_state == initial_state: %s (%s)", gdn_status_string(st), gdn_last_error());
     tu_check("chunk alias final state", tu_compare(X.big, GDN_DTYPE_F32, X.ht, GDN_DTYPE_F32, n_s), 0.0);
     tu_check("chunk alias o", tu_compare(X.o, GDN_DTYPE_F32, want_o, GDN_DTYPE_F32, (size_t)(B * T * HV * V)), 0.0);
@@ -512,10 +520,10 @@ static int test_exact_alias_allowed(void)
     memcpy(X.big, X.h0, n_s * sizeof(float));
     a.state = t4(X.big, B, HV, K, V);
     a.final_state = a.state;
-    st = gdn_recurrent_fwd(&a);
+    st = tu_recurrent_fwd(&a);
     tu_expect(st == GDN_OK, "recurrent final_state == state: %s (%s)", gdn_status_string(st), gdn_last_error());
     a = base_recurrent();
-    st = gdn_recurrent_fwd(&a);
+    st = tu_recurrent_fwd(&a);
     tu_check("recurrent alias final state", tu_compare(X.big, GDN_DTYPE_F32, X.ht, GDN_DTYPE_F32, n_s), 1e-6);
     free(want_o);
     return TU_PASS;
@@ -534,7 +542,7 @@ static int test_no_backend(void)
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         ts[i]->device = GDN_DEVICE_CUDA;
     poison_outputs();
-    gdn_status st = gdn_chunk_fwd(&c);
+    gdn_status st = tu_chunk_fwd(&c);
     expect_error("chunk", "all tensors on CUDA without the CUDA backend", st, GDN_ERR_NO_BACKEND, "q");
     return TU_PASS;
 }

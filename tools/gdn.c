@@ -127,7 +127,15 @@ static void *dev_alloc(const backend *bk, size_t bytes)
         return p;
     }
 #endif
-    return xmalloc(bytes);
+    /* 256-byte aligned, as the library wants its workspaces (and as cudaMalloc returns) */
+    const size_t n = (bytes + 255) / 256 * 256;
+    void *p = aligned_alloc(256, n ? n : 256);
+    if (!p) {
+        fprintf(stderr, "gdn: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    memset(p, 0, n);
+    return p;
 }
 
 static void dev_put(const backend *bk, void *dev, const void *host, size_t bytes)
@@ -317,7 +325,13 @@ static int reference_run(const layer *L, int64_t ntok, int nseq, const int32_t *
     r.state_layout = GDN_STATE_VK;
     r.state = tensor(state, GDN_DTYPE_F64, cpu, 4, (int64_t[]){nseq, SUB_HV, DV, DK});
     r.final_state = r.state; /* exact alias: updated in place */
-    gdn_status st = gdn_recurrent_fwd(&r);
+    gdn_status st = gdn_recurrent_fwd_workspace_size(&r, &r.workspace_bytes);
+    const size_t ws_n = (r.workspace_bytes + 255) / 256 * 256;
+    if (st == GDN_OK && ws_n && !(r.workspace = aligned_alloc(256, ws_n)))
+        st = GDN_ERR_OUT_OF_MEMORY;
+    if (st == GDN_OK)
+        st = gdn_recurrent_fwd(&r);
+    free(r.workspace);
     if (st != GDN_OK)
         fprintf(stderr, "gdn: float64 reference failed: %s (%s)\n", gdn_status_string(st), gdn_last_error());
     free(q64), free(k64), free(v64), free(g64), free(beta64);
@@ -528,7 +542,10 @@ static gdn_status run_decode(const backend *bk, const layer *L, const reference 
     size_t pool_n = (size_t)POOL_SLOTS * HV * DV * DK;
     dev_put(bk, d.pool, pool, pool_n * 4);
     gdn_recurrent_fwd_args a = decode_args(&d, dev);
-    gdn_status st = GDN_OK;
+    gdn_status st = gdn_recurrent_fwd_workspace_size(&a, &d.ws_bytes);
+    if (st == GDN_OK && d.ws_bytes)
+        a.workspace = d.ws = dev_alloc(bk, d.ws_bytes);
+    a.workspace_bytes = d.ws_bytes;
     double seconds = 0;
     errsum eo = {0, 0, 0};
     uint16_t *out = xmalloc(NSEQ * HV * DV * 2);

@@ -36,14 +36,12 @@ def _num_seqs(q, cu_seqlens):
 
 
 def _run(fn_name, size_fn, run_fn, args, device):
-    """Query the workspace (CUDA; the CPU backend takes none), allocate it with torch on `device`,
-    run. `args` is the filled struct; the query validates it."""
-    buf = None
-    if device.type == "cuda":
-        nbytes = ctypes.c_size_t(0)
-        C.check(size_fn(ctypes.byref(args), ctypes.byref(nbytes)), fn_name)
-        buf, args.workspace = C.workspace(nbytes.value, device)
-        args.workspace_bytes = nbytes.value
+    """Query the workspace (the CPU backend takes its scratch from one too), allocate it with torch
+    on `device`, run. `args` is the filled struct; the query validates it."""
+    nbytes = ctypes.c_size_t(0)
+    C.check(size_fn(ctypes.byref(args), ctypes.byref(nbytes)), fn_name)
+    buf, args.workspace = C.workspace(nbytes.value, device)
+    args.workspace_bytes = nbytes.value
     status = run_fn(ctypes.byref(args))
     del buf  # back to torch's allocator; on CUDA it stays reserved for this stream's queued work
     C.check(status, fn_name)

@@ -110,32 +110,53 @@ typedef struct chunk_ctx {
 #define GDN_CPU_KERNELS "cpu_chunk.inc"
 #include "cpu_isa_instances.h"
 
+/* The call's layout (ctx: padded dims, heads per item, scratch per thread) and thread count: one
+ * home for the query and the call. */
+static int chunk_plan(const gdn_problem *p, chunk_ctx *ctx)
+{
+    ctx->p = p;
+    ctx->scratch = NULL;
+    ctx->Kp = (p->K + PAD - 1) / PAD * PAD;
+    ctx->Vp = (p->V + PAD - 1) / PAD * PAD;
+    /* Per token and head: about 4 C (K + V) + 6 K V flops of products and substitution. */
+    const double flops = (double)(p->B * p->T) * (double)p->HV *
+                         (4.0 * CHUNK * (double)(p->K + p->V) + 6.0 * (double)(p->K * p->V));
+    const int threads = gdn_cpu_threads_for(p->N * p->HV, flops);
+    /* Heads per item: up to HEAD_GROUP while every thread still gets two items to balance. */
+    ctx->hg = HEAD_GROUP;
+    while (ctx->hg > 1 && p->N * ((p->HV + ctx->hg - 1) / ctx->hg) < 2 * threads)
+        ctx->hg /= 2;
+    ctx->per_thread = chunk_buf_bytes(ctx->Kp, ctx->Vp, ctx->hg);
+    return threads;
+}
+
+/* least: one thread's share for the largest head group, which covers every smaller one. */
+size_t gdn_cpu_chunk_fwd_workspace(const gdn_problem *p, int least)
+{
+    if (p->q.dtype == GDN_DTYPE_F64)
+        return gdn_cpu_recurrent_fwd_workspace(p, least);
+    if (p->N * p->HV == 0)
+        return 0;
+    chunk_ctx ctx;
+    const int threads = chunk_plan(p, &ctx);
+    if (least)
+        return chunk_buf_bytes(ctx.Kp, ctx.Vp, HEAD_GROUP);
+    return (size_t)threads * ctx.per_thread;
+}
+
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)
 {
     if (p->q.dtype == GDN_DTYPE_F64)
         return gdn_cpu_recurrent_fwd(p);
-    const int64_t items = p->N * p->HV;
-    if (items == 0)
+    if (p->N * p->HV == 0)
         return GDN_OK;
     chunk_ctx ctx;
-    ctx.p = p;
-    ctx.Kp = (p->K + PAD - 1) / PAD * PAD;
-    ctx.Vp = (p->V + PAD - 1) / PAD * PAD;
-    /* Per token and head: about 4 C (K + V) + 6 K V flops of products and substitution. */
-    const double flops = (double)(p->B * p->T) * (double)p->HV *
-                         (4.0 * CHUNK * (double)(p->K + p->V) + 6.0 * (double)(p->K * p->V));
-    const int threads = gdn_cpu_threads_for(items, flops);
-    /* Heads per item: up to HEAD_GROUP while every thread still gets two items to balance. */
-    ctx.hg = HEAD_GROUP;
-    while (ctx.hg > 1 && p->N * ((p->HV + ctx.hg - 1) / ctx.hg) < 2 * threads)
-        ctx.hg /= 2;
-    ctx.per_thread = chunk_buf_bytes(ctx.Kp, ctx.Vp, ctx.hg);
-    const size_t bytes = (size_t)threads * ctx.per_thread;
-    ctx.scratch = (unsigned char *)aligned_alloc(64, bytes);
-    if (!ctx.scratch)
-        return gdn_set_error(GDN_ERR_OUT_OF_MEMORY, "cpu chunk_fwd: cannot allocate %zu bytes of scratch", bytes);
+    int threads = chunk_plan(p, &ctx);
+    /* As many threads as the caller's workspace covers (the API checked it covers one). */
+    if ((size_t)threads * ctx.per_thread > p->workspace_bytes)
+        threads = (int)(p->workspace_bytes / ctx.per_thread);
+    ctx.scratch = (unsigned char *)p->workspace;
     gdn_cpu_parallel_for(threads, p->N * ((p->HV + ctx.hg - 1) / ctx.hg), GDN_CPU_PICK(gdn_cpu_isa(), chunk_item),
                          &ctx);
-    free(ctx.scratch);
     return GDN_OK;
 }

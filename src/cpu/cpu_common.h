@@ -354,8 +354,9 @@ int gdn_cpu_reads_state(const gdn_problem *p, int64_t n);
  * when none is due there (not a multiple of the interval, past the last column, invalid slot). */
 int64_t gdn_cpu_checkpoint_slot(const gdn_problem *p, int64_t n, int64_t tokens);
 
-/* The f32 recurrence for f32 / bf16 / f16 inputs (cpu_recurrent_f32.c). */
+/* The f32 recurrence for f32 / bf16 / f16 inputs (cpu_recurrent_f32.c), and its workspace. */
 gdn_status gdn_cpu_recurrent_f32(const gdn_problem *p);
+size_t gdn_cpu_recurrent_f32_workspace(const gdn_problem *p, int least);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Threads (cpu_threads.c)                                                                     */

@@ -197,6 +197,25 @@ gdn_status gdn_cpu_recurrent_fwd_check(const gdn_problem *p)
 
 gdn_status gdn_cpu_chunk_fwd_check(const gdn_problem *p) { return gdn_cpu_recurrent_fwd_check(p); }
 
+/* The reference's scratch per thread, in doubles (rounded to 64 bytes), and its thread count. */
+static int ref_plan(const gdn_problem *p, int64_t *per_thread)
+{
+    *per_thread = (p->K * p->V + 3 * p->K + 2 * p->V + 7) / 8 * 8;
+    const double flops = 6.0 * (double)(p->B * p->T) * (double)(p->HV * p->K * p->V);
+    return gdn_cpu_threads_for(p->N * p->HV, flops);
+}
+
+size_t gdn_cpu_recurrent_fwd_workspace(const gdn_problem *p, int least)
+{
+    if (p->q.dtype != GDN_DTYPE_F64)
+        return gdn_cpu_recurrent_f32_workspace(p, least);
+    if (p->N * p->HV == 0)
+        return 0;
+    int64_t per_thread;
+    const int threads = ref_plan(p, &per_thread);
+    return (size_t)(least ? 1 : threads) * (size_t)per_thread * sizeof(double);
+}
+
 gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p)
 {
     if (p->q.dtype != GDN_DTYPE_F64)
@@ -207,14 +226,12 @@ gdn_status gdn_cpu_recurrent_fwd(const gdn_problem *p)
     rec_ctx ctx;
     ctx.p = p;
     ctx.exact = p->q.dtype == GDN_DTYPE_F64;
-    ctx.per_thread = p->K * p->V + 3 * p->K + 2 * p->V;
-    const double flops = 6.0 * (double)(p->B * p->T) * (double)(p->HV * p->K * p->V);
-    const int threads = gdn_cpu_threads_for(items, flops);
-    ctx.scratch = (double *)malloc((size_t)threads * (size_t)ctx.per_thread * sizeof(double));
-    if (!ctx.scratch)
-        return gdn_set_error(GDN_ERR_OUT_OF_MEMORY, "cpu recurrent_fwd: cannot allocate %lld bytes of scratch",
-                             (long long)threads * (long long)ctx.per_thread * (long long)sizeof(double));
+    int threads = ref_plan(p, &ctx.per_thread);
+    /* As many threads as the caller's workspace covers (the API checked it covers one). */
+    const size_t per_thread_bytes = (size_t)ctx.per_thread * sizeof(double);
+    if ((size_t)threads * per_thread_bytes > p->workspace_bytes)
+        threads = (int)(p->workspace_bytes / per_thread_bytes);
+    ctx.scratch = (double *)p->workspace;
     gdn_cpu_parallel_for(threads, items, recurrent_item, &ctx);
-    free(ctx.scratch);
     return GDN_OK;
 }

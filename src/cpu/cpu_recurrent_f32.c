@@ -94,27 +94,44 @@ static int can_update_in_place(const gdn_problem *p, int vk)
            f->s[3] == s->s[3];
 }
 
+/* The call's scratch per thread (ctx) and its thread count: one home for the query and the call. */
+static int rec32_plan(const gdn_problem *p, rec32_ctx *ctx)
+{
+    rec32_ctx c;
+    c.p = p;
+    c.Kp = (p->K + VL - 1) / VL * VL;
+    c.Vp = (p->V + NB - 1) / NB * NB;
+    c.vk = p->state_layout == GDN_STATE_VK;
+    c.direct = can_update_in_place(p, c.vk);
+    c.tb = p->T < 1 ? 1 : p->T < TB ? p->T : TB;
+    c.per_thread = rec32_buf_bytes(c.Kp, c.Vp, c.tb, c.direct);
+    c.scratch = NULL;
+    *ctx = c;
+    /* Per token and head: the two dots and the update, 6 K V flops, plus reading the state. */
+    const double flops = 8.0 * (double)(p->B * p->T + p->N) * (double)(p->HV * p->K * p->V);
+    return gdn_cpu_threads_for(p->N * p->HV, flops);
+}
+
+size_t gdn_cpu_recurrent_f32_workspace(const gdn_problem *p, int least)
+{
+    if (p->N * p->HV == 0)
+        return 0;
+    rec32_ctx ctx;
+    const int threads = rec32_plan(p, &ctx);
+    return (size_t)(least ? 1 : threads) * ctx.per_thread;
+}
+
 gdn_status gdn_cpu_recurrent_f32(const gdn_problem *p)
 {
     const int64_t items = p->N * p->HV;
     if (items == 0)
         return GDN_OK;
     rec32_ctx ctx;
-    ctx.p = p;
-    ctx.Kp = (p->K + VL - 1) / VL * VL;
-    ctx.Vp = (p->V + NB - 1) / NB * NB;
-    ctx.vk = p->state_layout == GDN_STATE_VK;
-    ctx.direct = can_update_in_place(p, ctx.vk);
-    ctx.tb = p->T < 1 ? 1 : p->T < TB ? p->T : TB;
-    ctx.per_thread = rec32_buf_bytes(ctx.Kp, ctx.Vp, ctx.tb, ctx.direct);
-    /* Per token and head: the two dots and the update, 6 K V flops, plus reading the state. */
-    const double flops = 8.0 * (double)(p->B * p->T + p->N) * (double)(p->HV * p->K * p->V);
-    const int threads = gdn_cpu_threads_for(items, flops);
-    const size_t bytes = (size_t)threads * ctx.per_thread;
-    ctx.scratch = (unsigned char *)aligned_alloc(64, bytes);
-    if (!ctx.scratch)
-        return gdn_set_error(GDN_ERR_OUT_OF_MEMORY, "cpu recurrent_fwd: cannot allocate %zu bytes of scratch", bytes);
+    int threads = rec32_plan(p, &ctx);
+    /* As many threads as the caller's workspace covers (the API checked it covers one). */
+    if ((size_t)threads * ctx.per_thread > p->workspace_bytes)
+        threads = (int)(p->workspace_bytes / ctx.per_thread);
+    ctx.scratch = (unsigned char *)p->workspace;
     gdn_cpu_parallel_for(threads, items, GDN_CPU_PICK(gdn_cpu_isa(), rec32_item), &ctx);
-    free(ctx.scratch);
     return GDN_OK;
 }
