@@ -480,6 +480,17 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
     return GDN_OK;
 }
 
+/* The last step of every op's resolve: where and how the validated problem runs. */
+static gdn_status set_call(gdn_problem *p, const device_ctx *dev, void *stream, void *workspace, size_t workspace_bytes)
+{
+    p->device = dev->type;
+    p->device_ordinal = dev->ordinal;
+    p->stream = stream;
+    p->workspace = workspace;
+    p->workspace_bytes = workspace_bytes;
+    return GDN_OK;
+}
+
 /* A state tensor: [rows, HV, K, V] (KV) or [rows, HV, V, K] (VK); rows = -1 accepts any. All
  * states of one call share a dtype: the first one checked fixes *state_dtype. */
 #define STATE_DTYPE_UNSET ((gdn_dtype)-1)
@@ -589,24 +600,32 @@ gdn_status gdn_gating(const gdn_gating_args *args)
 /* ------------------------------------------------------------------------------------------ */
 /* Chunk forward                                                                               */
 
-/* A host-resident [rows, cols] int32 index tensor: every slot < P (negative ones mean "skip"). */
+/* Row r of a host-resident int32 index table (cols entries, row stride sr, column stride sc): every
+ * slot < P (negative ones mean "skip"). The message names entry [r][c], or [r] without two_d. */
+static gdn_status check_slot_row(const int32_t *ids, int64_t r, int64_t cols, int64_t sr, int64_t sc, int two_d,
+                                 const char *name, int64_t P)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        const int32_t slot = ids[r * sr + c * sc];
+        if (slot >= P && two_d)
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "%s[%lld][%lld] = %d is out of range for a pool of %lld slots",
+                                 name, (long long)r, (long long)c, (int)slot, (long long)P);
+        if (slot >= P)
+            return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "%s[%lld] = %d is out of range for a pool of %lld slots",
+                                 name, (long long)r, (int)slot, (long long)P);
+    }
+    return GDN_OK;
+}
+
+/* A host-resident [rows] or [rows, cols] int32 index tensor: check_slot_row on every row. */
 static gdn_status check_host_slots(const gdn_tensor *t, const char *name, int64_t P)
 {
     if (t->device != GDN_DEVICE_CPU)
         return GDN_OK;
-    const int32_t *ids = (const int32_t *)t->data;
-    const int64_t rows = t->shape[0], cols = t->rank == 2 ? t->shape[1] : 1;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            const int32_t slot = ids[r * t->stride[0] + (t->rank == 2 ? c * t->stride[1] : 0)];
-            if (slot >= P && t->rank == 2)
-                return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
-                                     "%s[%lld][%lld] = %d is out of range for a pool of %lld slots", name, (long long)r,
-                                     (long long)c, (int)slot, (long long)P);
-            if (slot >= P)
-                return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "%s[%lld] = %d is out of range for a pool of %lld slots",
-                                     name, (long long)r, (int)slot, (long long)P);
-        }
+    const int two_d = t->rank == 2;
+    for (int64_t r = 0; r < t->shape[0]; r++)
+        TRY(check_slot_row((const int32_t *)t->data, r, two_d ? t->shape[1] : 1, t->stride[0], two_d ? t->stride[1] : 0,
+                           two_d, name, P));
     return GDN_OK;
 }
 
@@ -706,12 +725,7 @@ static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, 
     add_out(&aliases, &args->final_state, "final_state");
     TRY(check_aliasing(&aliases));
 
-    p->device = dev->type;
-    p->device_ordinal = dev->ordinal;
-    p->stream = args->stream;
-    p->workspace = args->workspace;
-    p->workspace_bytes = args->workspace_bytes;
-    return GDN_OK;
+    return set_call(p, dev, args->stream, args->workspace, args->workspace_bytes);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -723,15 +737,9 @@ static gdn_status check_host_indices(const gdn_recurrent_fwd_args *args, const g
     const gdn_tensor *idx = &args->state_indices;
     if (idx->device != GDN_DEVICE_CPU)
         return GDN_OK;
-    const int32_t *ids = (const int32_t *)idx->data;
     for (int64_t n = 0; n < p->N; n++) {
-        for (int64_t t = 0; t < p->idx_cols; t++) {
-            int32_t slot = ids[n * p->idx_stride_n + t * p->idx_stride_t];
-            if (slot >= p->num_slots)
-                return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
-                                     "state_indices[%lld][%lld] = %d is out of range for a pool of %lld slots",
-                                     (long long)n, (long long)t, (int)slot, (long long)p->num_slots);
-        }
+        TRY(check_slot_row((const int32_t *)idx->data, n, p->idx_cols, p->idx_stride_n, p->idx_stride_t, 1,
+                           "state_indices", p->num_slots));
         if (p->inplace_state && p->idx_cols > 1) {
             int64_t len = p->cu_seqlens ? (int64_t)p->cu_seqlens[n + 1] - p->cu_seqlens[n] : p->T;
             if (len > p->idx_cols)
@@ -835,12 +843,7 @@ static gdn_status resolve_recurrent(const gdn_recurrent_fwd_args *args, gdn_prob
     if (pooled)
         TRY(check_host_indices(args, p));
 
-    p->device = dev->type;
-    p->device_ordinal = dev->ordinal;
-    p->stream = args->stream;
-    p->workspace = args->workspace;
-    p->workspace_bytes = args->workspace_bytes;
-    return GDN_OK;
+    return set_call(p, dev, args->stream, args->workspace, args->workspace_bytes);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1059,12 +1062,7 @@ static gdn_status resolve_chunk_bwd(const gdn_chunk_bwd_args *args, gdn_bwd_prob
         }
     }
 
-    p->device = dev->type;
-    p->device_ordinal = dev->ordinal;
-    p->stream = args->stream;
-    p->workspace = args->workspace;
-    p->workspace_bytes = args->workspace_bytes;
-    return GDN_OK;
+    return set_call(p, dev, args->stream, args->workspace, args->workspace_bytes);
 }
 
 /* least: the size the call accepts (CPU: one thread's share), else the query's answer. */
