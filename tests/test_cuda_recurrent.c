@@ -25,15 +25,6 @@
 /* Fresh inputs on every run; the seed is printed so that a failure can be replayed. */
 static uint64_t g_seed;
 
-#define CUDA_OK(call)                                                                                              \
-    do {                                                                                                           \
-        cudaError_t err_ = (call);                                                                                 \
-        if (err_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));              \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-
 static void mirror_args(tu_mirror *m, gdn_recurrent_fwd_args *a)
 {
     gdn_tensor *ts[] = {&a->q, &a->k, &a->v, &a->o, &a->gate.g, &a->gate.a, &a->gate.A_log, &a->gate.dt_bias,
@@ -634,21 +625,21 @@ static int test_graph_capture(void)
         tu_mirror m = {0};
         mirror_args(&m, &a);
         cudaStream_t stream;
-        CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        TU_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         a.stream = stream;
         cudaGraph_t graph;
         cudaGraphExec_t exec;
-        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        TU_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         gdn_status st = gdn_recurrent_fwd(&a);
-        CUDA_OK(cudaStreamEndCapture(stream, &graph));
+        TU_CUDA_OK(cudaStreamEndCapture(stream, &graph));
         if (tu_expect(st == GDN_OK, "capture: %s (%s)", gdn_status_string(st), gdn_last_error())) {
-            CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-            CUDA_OK(cudaGraphLaunch(exec, stream));
-            CUDA_OK(cudaStreamSynchronize(stream));
-            CUDA_OK(cudaGraphExecDestroy(exec));
+            TU_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+            TU_CUDA_OK(cudaGraphLaunch(exec, stream));
+            TU_CUDA_OK(cudaStreamSynchronize(stream));
+            TU_CUDA_OK(cudaGraphExecDestroy(exec));
         }
-        CUDA_OK(cudaGraphDestroy(graph));
-        CUDA_OK(cudaStreamDestroy(stream));
+        TU_CUDA_OK(cudaGraphDestroy(graph));
+        TU_CUDA_OK(cudaStreamDestroy(stream));
         tu_mirror_back(&m);
         tu_check("graph replay: o", tu_compare(c.o, cfg.dtype, o_ref, GDN_DTYPE_F64, n_o), tol_o(cfg.dtype));
         tu_check("graph replay: final_state",

@@ -433,14 +433,6 @@ int tu_cuda_device_count(void)
 }
 
 #ifdef GDN_WITH_CUDA
-#define MIRROR_OK(call)                                                                                            \
-    do {                                                                                                           \
-        cudaError_t err_ = (call);                                                                                 \
-        if (err_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));              \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 /* Bytes from a tensor's first to last element (0 for an empty one). */
 static size_t extent_bytes(const gdn_tensor *t)
@@ -463,9 +455,9 @@ void tu_mirror_tensor(tu_mirror *m, gdn_tensor *t)
         if (m->host[i] == t->data) {
             if (bytes > m->bytes[i]) { /* the largest extent wins */
                 void *d;
-                MIRROR_OK(cudaMalloc(&d, bytes));
-                MIRROR_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
-                MIRROR_OK(cudaFree(m->dev[i]));
+                TU_CUDA_OK(cudaMalloc(&d, bytes));
+                TU_CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+                TU_CUDA_OK(cudaFree(m->dev[i]));
                 m->dev[i] = d;
                 m->bytes[i] = bytes;
             }
@@ -479,9 +471,9 @@ void tu_mirror_tensor(tu_mirror *m, gdn_tensor *t)
         exit(1);
     }
     void *d = NULL;
-    MIRROR_OK(cudaMalloc(&d, bytes ? bytes : 16));
+    TU_CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
     if (bytes)
-        MIRROR_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
+        TU_CUDA_OK(cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice));
     m->host[m->count] = t->data;
     m->dev[m->count] = d;
     m->bytes[m->count] = bytes;
@@ -492,11 +484,11 @@ void tu_mirror_tensor(tu_mirror *m, gdn_tensor *t)
 
 void tu_mirror_back(tu_mirror *m)
 {
-    MIRROR_OK(cudaDeviceSynchronize());
+    TU_CUDA_OK(cudaDeviceSynchronize());
     for (int i = 0; i < m->count; i++) {
         if (m->bytes[i])
-            MIRROR_OK(cudaMemcpy(m->host[i], m->dev[i], m->bytes[i], cudaMemcpyDeviceToHost));
-        MIRROR_OK(cudaFree(m->dev[i]));
+            TU_CUDA_OK(cudaMemcpy(m->host[i], m->dev[i], m->bytes[i], cudaMemcpyDeviceToHost));
+        TU_CUDA_OK(cudaFree(m->dev[i]));
     }
     m->count = 0;
 }

@@ -151,6 +151,17 @@ void tu_skip_reason(const char *fmt, ...)
 /* Number of CUDA devices usable from this process; 0 without a GPU, a driver, or a CUDA build. */
 int tu_cuda_device_count(void);
 
+/* A CUDA runtime call that must succeed: on an error, print it with its call site and exit (for
+ * files that include the CUDA runtime). */
+#define TU_CUDA_OK(call)                                                                                           \
+    do {                                                                                                           \
+        cudaError_t err_ = (call);                                                                                 \
+        if (err_ != cudaSuccess) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));              \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
 /* Host tensors mirrored on the device (CUDA builds): tu_mirror_tensor replaces t's host pointer by a
  * device copy of its whole extent (strides and padding included; a host buffer seen before maps
  * to the same device buffer, so aliases stay aliases); tu_mirror_back copies every buffer back to

@@ -44,6 +44,20 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Zeroed host memory, 256-byte aligned as the library wants its workspaces (and as cudaMalloc
+ * returns); free() releases it. */
+static void *host_alloc(size_t bytes)
+{
+    const size_t n = (bytes + 255) / 256 * 256;
+    void *p = aligned_alloc(256, n ? n : 256);
+    if (!p) {
+        fprintf(stderr, "gdn: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    memset(p, 0, n ? n : 256);
+    return p;
+}
+
 static void *xmalloc(size_t bytes)
 {
     void *p = calloc(1, bytes ? bytes : 1);
@@ -127,15 +141,7 @@ static void *dev_alloc(const backend *bk, size_t bytes)
         return p;
     }
 #endif
-    /* 256-byte aligned, as the library wants its workspaces (and as cudaMalloc returns) */
-    const size_t n = (bytes + 255) / 256 * 256;
-    void *p = aligned_alloc(256, n ? n : 256);
-    if (!p) {
-        fprintf(stderr, "gdn: out of memory (%zu bytes)\n", bytes);
-        exit(2);
-    }
-    memset(p, 0, n);
-    return p;
+    return host_alloc(bytes);
 }
 
 static void dev_put(const backend *bk, void *dev, const void *host, size_t bytes)
@@ -326,9 +332,8 @@ static int reference_run(const layer *L, int64_t ntok, int nseq, const int32_t *
     r.state = tensor(state, GDN_DTYPE_F64, cpu, 4, (int64_t[]){nseq, SUB_HV, DV, DK});
     r.final_state = r.state; /* exact alias: updated in place */
     gdn_status st = gdn_recurrent_fwd_workspace_size(&r, &r.workspace_bytes);
-    const size_t ws_n = (r.workspace_bytes + 255) / 256 * 256;
-    if (st == GDN_OK && ws_n && !(r.workspace = aligned_alloc(256, ws_n)))
-        st = GDN_ERR_OUT_OF_MEMORY;
+    if (st == GDN_OK && r.workspace_bytes)
+        r.workspace = host_alloc(r.workspace_bytes);
     if (st == GDN_OK)
         st = gdn_recurrent_fwd(&r);
     free(r.workspace);
