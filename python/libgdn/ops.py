@@ -322,10 +322,10 @@ def _chunk_pool_call(fn, q, k, v, gate, beta, beta_from_logits, allow_neg_eigval
     g, a, A_log, dt_bias = gate
     _forward_only(fn, q, k, v, g, a, A_log, dt_bias, beta, pool)
     o = chunk_fwd_pool(q, k, v, g, a, A_log, dt_bias, beta, C.GDN_GATE_GDN, 0.0, bool(beta_from_logits),
-                                bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm),
-                                _index_tensor(cu_seqlens), bool(state_v_first), pool, _index_tensor(indices),
-                                _index_tensor(has_initial_state), bool(null_slot_zero), int(checkpoint_interval),
-                                _index_tensor(checkpoint_indices), fn)
+                       bool(allow_neg_eigval), 0.0 if scale is None else float(scale), bool(use_qk_l2norm),
+                       _index_tensor(cu_seqlens), bool(state_v_first), pool, _index_tensor(indices),
+                       _index_tensor(has_initial_state), bool(null_slot_zero), int(checkpoint_interval),
+                       _index_tensor(checkpoint_indices), fn)
     return o, None
 
 
