@@ -25,8 +25,8 @@
  *     tensors on the CUDA backend (on `stream`, a cudaStream_t, NULL for the legacy stream).
  *   - Each backend has its own limits; arguments outside them give GDN_ERR_UNSUPPORTED, from the
  *     workspace query as from the call. CPU: head dims K and V each 1 .. 256, every option.
- *     CUDA chunk op: GDN gates, bf16 / f16 inputs, K = 64 / 128, V = 64 / 128 / 256. CUDA recurrent
- *     op: GDN and KDA gates, K and V = 64 / 128 / 256. Both: f32 or bf16 states.
+ *     CUDA chunk op: GDN and KDA gates, bf16 / f16 inputs, K = 64 / 128, V = 64 / 128 / 256. CUDA
+ *     recurrent op: GDN and KDA gates, K and V = 64 / 128 / 256. Both: f32 or bf16 states.
  *   - Every call validates all arguments on the host before any work. On error nothing is
  *     written, the status says what kind of error, and gdn_last_error() names the argument and
  *     the reason. No call allocates: scratch memory comes from a caller workspace sized by the

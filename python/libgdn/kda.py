@@ -1,8 +1,9 @@
 """Kimi Delta Attention (per-key-channel decays) with FLA's signatures: chunk_kda and
 fused_recurrent_kda (`fla.ops.kda`), forward only, over the same libgdn ops as the GDN functions.
-The CPU backend runs both; on CUDA both run on the recurrent kernel (decode and speculative
-verify, every serving argument): no CUDA chunk kernel takes KDA gates yet, so chunk_kda's prefill
-runs there too, with one warning per process (same results, slower for long prompts)."""
+The CPU backend runs both. On CUDA chunk_kda runs on the tensor-core chunk kernel (bf16 / f16
+inputs, K = 64 / 128; float32 inputs or K = 256 go to the recurrent kernel with one warning per
+process, as chunk_gated_delta_rule's do), fused_recurrent_kda on the recurrent kernel (decode and
+speculative verify, every serving argument)."""
 
 import torch
 

@@ -334,17 +334,11 @@ chunk_gdn = chunk_gated_delta_rule
 
 def _recurrent_instead(fn, q, kind):
     """Whether a chunked forward runs on the recurrent kernel, decided from dtype and shape before
-    any call: the CUDA chunk kernel takes 16-bit inputs with K = 64 or 128, so on CUDA float32
-    inputs and K = 256 go to the recurrent kernel (the same recurrence token by token: same
-    results, slower on long prompts), with one warning per process. So do KDA gates, which no CUDA
-    chunk kernel takes yet (the recurrent kernel runs 8-token chunks of them on tensor cores)."""
+    any call: the CUDA chunk kernel takes 16-bit inputs with K = 64 or 128 (GDN and KDA gates), so
+    on CUDA float32 inputs and K = 256 go to the recurrent kernel (the same recurrence token by
+    token: same results, slower on long prompts), with one warning per process."""
     if q.device.type != "cuda":
         return False
-    if kind != C.GDN_GATE_GDN:
-        _warn_once(fn, "recurrent for KDA", f"{fn}: no CUDA chunk kernel takes KDA gates yet; the prefill runs on "
-                                            f"the recurrent kernel (same results, slower for long prompts)",
-                   stacklevel=5)
-        return True
     if q.dtype == torch.float32:
         why = "float32 inputs"
     elif q.shape[3] == 256:

@@ -229,3 +229,46 @@ def test_float32_prefill_routed_to_the_recurrent_kernel(c_calls, monkeypatch):
     assert c_calls == {"gdn_recurrent_fwd": 2}
     want, want_h = libgdn.chunk_gated_delta_rule(*(t.cpu() for t in (q, k, v, g, beta)), output_final_state=True)
     assert rel_err(o, want) < 1e-5 and rel_err(h, want_h) < 1e-5
+
+
+@pytest.mark.parametrize("gate", ["precomputed", "safe_gate", "softplus"])
+def test_chunk_kda_runs_on_the_chunk_kernel(c_calls, gen, gate):
+    """chunk_kda with bf16 inputs runs on the CUDA chunk kernel (one gdn_chunk_fwd, no warning) as
+    FLA's layers call it: GVA with HV = 3 H, varlen with an empty sequence, an initial state fed
+    back, extra keywords; against the float64 recurrence within issue 16's bar (5e-3)."""
+    Hk, HVk, Kk = 2, 6, 128
+    cu = [0, 100, 100, 333]
+    T = cu[-1]
+    q = torch.randn(1, T, Hk, Kk, generator=gen).bfloat16()
+    k = torch.randn(1, T, Hk, Kk, generator=gen).bfloat16()
+    v = torch.randn(1, T, HVk, Kk, generator=gen).bfloat16()
+    beta = torch.rand(1, T, HVk, generator=gen)
+    h0 = torch.randn(3, HVk, Kk, Kk, generator=gen) * 0.3
+    kw = dict(initial_state=h0.cuda(), output_final_state=True, use_qk_l2norm_in_kernel=True,
+              cu_seqlens=torch.tensor(cu, device="cuda"), chunk_size=64, disable_recompute=False)
+    if gate == "precomputed":
+        g = F.logsigmoid(torch.randn(1, T, HVk, Kk, generator=gen))
+        ref_g = g
+    else:
+        g = torch.randn(1, T, HVk, Kk, generator=gen)
+        A_log = torch.rand(HVk, generator=gen)
+        dt_bias = torch.randn(HVk * Kk, generator=gen)
+        kw.update(use_gate_in_kernel=True, A_log=A_log.cuda(), dt_bias=dt_bias.cuda())
+        x = g.double() + dt_bias.double().view(HVk, Kk)
+        if gate == "safe_gate":
+            kw.update(safe_gate=True, lower_bound=-5.0)
+            ref_g = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * x)
+        else:
+            ref_g = -A_log.double().exp()[:, None] * F.softplus(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        o, h = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g.cuda(), beta.cuda(), **kw)
+    assert c_calls == {"gdn_chunk_fwd": 1}
+    ref_o, ref_h, _ = recurrence(q, k, v, ref_g, beta, h0=h0, cu_seqlens=cu, use_qk_l2norm=True, keep_steps=False)
+    assert rel_err(o, ref_o) < 5e-3
+    assert rel_err(h, ref_h) < 5e-3
+    # The final states fed back as the next call's initial states.
+    o2, h2 = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g.cuda(), beta.cuda(), **dict(kw, initial_state=h))
+    ref_o2, ref_h2, _ = recurrence(q, k, v, ref_g, beta, h0=ref_h.float(), cu_seqlens=cu, use_qk_l2norm=True,
+                                   keep_steps=False)
+    assert rel_err(o2, ref_o2) < 5e-3 and rel_err(h2, ref_h2) < 5e-3

@@ -120,8 +120,8 @@ def test_kda_spec_verify(device, gen, HV, H, K, T):
 
 
 def test_chunk_kda_on_the_recurrent_kernel(gen, monkeypatch):
-    """chunk_kda sent to the recurrent op, as it is on CUDA (no CUDA chunk kernel takes KDA gates
-    yet): routed here on the CPU, it matches the chunk op's results and keeps its arguments
+    """chunk_kda sent to the recurrent op, as it is on CUDA for float32 inputs or K = 256: routed
+    here on the CPU, it matches the chunk op's results and keeps its arguments
     (varlen, initial state in the V-first layout, in-kernel safe gate, final state)."""
     from libgdn import ops
     B, T, H, HV, K, V = 1, 90, 1, 2, 64, 64

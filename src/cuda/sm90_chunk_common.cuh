@@ -35,6 +35,23 @@ static_assert(WS_CHUNK % 16 == 0 && (COEF_FLOATS * 4) % 16 == 0, "workspace: who
 constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 689 */
 constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory offset of each copy */
 
+/* KDA's chunk record (kda_prep, sm90_kda_prep.cuh): the decay differs per key, so it sits inside
+ * the products and no row factor carries it. The record holds Tb and Pm as GDN's, then the chunk's
+ * decay exp(Gam_C) per key (f32), then three bf16 / f16 images of 64 x K tiles in chunk_wg's
+ * shared-memory layout (K / 64 swizzled boxes each), copied there as they are:
+ *   Q~ = scale rq exp(Gam) o Q     (O^T's inter-chunk product; replaces Q)
+ *   K~ = rk exp(Gam) o K           (Y^T = S^T K~^T; replaces K)
+ *   K^ = rk exp(Gam_C - Gam) o K   (the update S^T += Vn^T K^)
+ * Every exponent is <= 0. */
+template <int K> struct KdaRec {
+    static constexpr int GC = 2 * TRI_BYTES;        /* exp(Gam_C) [K], f32 */
+    static constexpr int IMG = GC + K * 4;          /* Q~, K~, K^ */
+    static constexpr int TILE = C * K * 2;
+    static constexpr int BYTES = IMG + 3 * TILE;
+    static constexpr int COPIES = IMG / 16;         /* Tb, Pm and exp(Gam_C): through chunk_wg's copy map */
+    static_assert(COPIES <= WS_COPIES, "KDA record: chunk_wg's copy map holds GDN's count");
+};
+
 /* Tb and Pm are lower triangular: the workspace keeps only their 16 x 16 blocks on and below the
  * diagonal (chunk_wg zeroes the others once in shared memory): row i holds its first 2 (i / 16 + 1) 16-byte chunks
  * (logical, unswizzled order), rows packed one after another. Index of chunk ch of row i. */
@@ -55,14 +72,15 @@ struct ChunkParams {
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;
     int64_t q_b, q_t, q_h, k_b, k_t, k_h, v_b, v_t, v_h, o_b, o_t, o_h;
-    const float *g;            /* [B, T, HV] or NULL */
-    int64_t g_b, g_t, g_h;
-    const void *a;             /* raw gate [B, T, HV] or NULL */
+    const float *g;            /* [B, T, HV] (KDA [B, T, HV, K]) or NULL */
+    int64_t g_b, g_t, g_h, g_r;
+    const void *a;             /* raw gate [B, T, HV] (KDA [B, T, HV, K]) or NULL */
     gdn_dtype a_dtype;
-    int64_t a_b, a_t, a_h;
+    int64_t a_b, a_t, a_h, a_r;
     const float *A_log;        /* [HV] */
-    const float *dt_bias;      /* may be NULL */
-    int64_t dt_h;
+    const float *dt_bias;      /* [HV] (KDA [HV, K]); may be NULL */
+    int64_t dt_h, dt_r;
+    float lower_bound;         /* KDA: 0 = off */
     float sp_beta, sp_threshold;
     const void *beta;          /* [B, T, HV] */
     gdn_dtype beta_dtype;
@@ -96,7 +114,7 @@ struct ChunkParams {
     int64_t ckpt_n, ckpt_j, ckpt_cols;
 };
 
-/* 2^x in one MUFU.EX2 (relative error ~2^-22); x <= 0 here, so no overflow. */
+/* 2^x in one MUFU.EX2 (relative error ~2^-22); the callers keep x <= 0, or (kda_prep) x <= 96. */
 __device__ __forceinline__ float fast_exp2(float x)
 {
     float y;

@@ -21,6 +21,11 @@
  *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
  *                 S^T  = gC * S^T + (Vn^T * cu) K
  *
+ * KDA gates (a decay per key): kda_prep (sm90_kda_prep.cuh) takes chunk_prep's place, one CTA per
+ * (chunk, value head), and writes the decays into the record's Q~, K~, K^ tiles and exp(Gam_C)
+ * per key; chunk_wg<KDA> reads those tiles where GDN reads Q and K, and decays S^T by column.
+ * Context parallelism is the same; the cooperative grid is GDN's only.
+ *
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (head groups of a key
  * head in chunk_prep; V tiles, then value heads in chunk_wg), so those tiles come from L2.
  *
@@ -55,6 +60,7 @@
 #include "cuda_pack.cuh"
 #include "sm90_chunk_common.cuh"
 #include "sm90_chunk_prep.cuh"
+#include "sm90_kda_prep.cuh"
 #include "sm90_chunk_wg.cuh"
 #include "sm90_chunk_scan.cuh"
 
@@ -136,12 +142,20 @@ static int64_t prep_heads_for(const gdn_problem *p, int64_t slots)
 /* launch_coop's counters: one int per value head and block of FLAG_BLOCK slots. */
 static size_t coop_flag_bytes(int64_t slots, int64_t HV) { return (size_t)flag_blocks(slots) * (size_t)HV * sizeof(int); }
 
-/* Bytes of the chunk workspace (Tb, Pm, coefficients, then launch_coop's counters), then of the
- * CP buffers. */
+/* Bytes of one chunk's record: GDN's (Tb, Pm, coefficients) or KDA's (KdaRec). */
+static size_t record_bytes(const gdn_problem *p)
+{
+    if (p->gate_kind != GDN_GATE_KDA)
+        return WS_CHUNK;
+    return p->K == 64 ? KdaRec<64>::BYTES : KdaRec<128>::BYTES;
+}
+
+/* Bytes of the chunk workspace (the records, then launch_coop's counters), then of the CP
+ * buffers. */
 static size_t chunk_ws_bytes(const gdn_problem *p)
 {
     const int64_t slots = slots_per_head(p);
-    return (size_t)slots * (size_t)p->HV * WS_CHUNK + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
+    return (size_t)slots * (size_t)p->HV * record_bytes(p) + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
 }
 
 static size_t cp_ws_bytes(const gdn_problem *p, const CpPlan &cp)
@@ -210,39 +224,42 @@ static gdn_status launch_kernel(void (*kernel)(const ChunkParams), int64_t ctas,
     return gdn_cuda_check(launch_raw(kernel, ctas, threads, smem, stream, prm, false), what);
 }
 
-template <typename T, int K>
+template <typename T, int K, bool KDA>
 static gdn_status launch_prep(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
+    if (KDA)
+        return launch_kernel(kda_prep_kernel<K, T>, prm.slots * p->HV, 128, KdaPrepSmem<K>::BYTES, stream, prm,
+                             "kda_prep launch");
     auto prep = prm.prep_heads > 1 ? chunk_prep_kernel<K, T, true> : chunk_prep_kernel<K, T, false>;
     return launch_kernel(prep, prm.slots * p->HV / prm.prep_heads, 128, PrepSmem<K>::BYTES, stream, prm,
                          "chunk_prep launch");
 }
 
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
-template <typename T, int K, bool SERVE, bool PRE>
+template <typename T, int K, bool SERVE, bool KDA, bool PRE>
 static gdn_status launch_wg(const ChunkParams &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     const int64_t rows = PRE ? p->V + K : p->V;
-    return launch_kernel(chunk_wg_kernel<K, T, PRE, SERVE>, nseg * p->N * p->HV * (rows / 64), WgConfig<PRE>::THREADS,
-                         WgSmem<K, PRE>::BYTES, stream, prm, "chunk_wg launch");
+    return launch_kernel(chunk_wg_kernel<K, T, PRE, SERVE, KDA>, nseg * p->N * p->HV * (rows / 64),
+                         WgConfig<PRE>::THREADS, WgSmem<K, PRE, KDA>::BYTES, stream, prm, "chunk_wg launch");
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
  * state) and from the identity, giving N and M; the scan; the main pass of every segment. */
-template <typename T, int K, bool SERVE>
+template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_cp(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    gdn_status st = launch_prep<T, K>(prm, p, stream);
+    gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
     if (st != GDN_OK)
         return st;
-    if ((st = launch_wg<T, K, SERVE, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
+    if ((st = launch_wg<T, K, SERVE, KDA, true>(prm, p, prm.nseg - 1, stream)) != GDN_OK)
         return st;
     if ((st = launch_kernel(cp_scan_kernel<K>, p->N * p->HV * (p->V / SCAN_ROWS), scan_threads<K>(),
                             scan_smem_bytes<K>(), stream, prm, "cp_scan launch")) != GDN_OK)
         return st;
-    return launch_wg<T, K, SERVE, false>(prm, p, prm.nseg, stream);
+    return launch_wg<T, K, SERVE, KDA, false>(prm, p, prm.nseg, stream);
 }
 
 /* Few (sequence, head) pairs without CP: the main pass's CTAs (one per SM) leave most SMs idle,
@@ -259,12 +276,12 @@ static bool coop_fits(const gdn_problem *p)
     return !TUNE_NO_COOP && p->T > 0 && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
 }
 
-/* chunk_prep, then the main pass. */
-template <typename T, int K, bool SERVE>
+/* chunk_prep (kda_prep), then the main pass. */
+template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    const gdn_status st = launch_prep<T, K>(prm, p, stream);
-    return st != GDN_OK ? st : launch_wg<T, K, SERVE, false>(prm, p, 1, stream);
+    const gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
+    return st != GDN_OK ? st : launch_wg<T, K, SERVE, KDA, false>(prm, p, 1, stream);
 }
 
 template <typename T, int K, bool SERVE>
@@ -283,7 +300,7 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         return st;
     const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
     if (per_sm < 1 || ctas <= main_ctas) /* no room for prep units */
-        return launch_two<T, K, SERVE>(prm, p, stream);
+        return launch_two<T, K, SERVE, false>(prm, p, stream);
     prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
     prm.coop_main = main_ctas;
     int flags0 = 0;
@@ -305,28 +322,31 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
         (void)cudaGetLastError();
         prm.ready = NULL;
-        return launch_two<T, K, SERVE>(prm, p, stream);
+        return launch_two<T, K, SERVE, false>(prm, p, stream);
     }
     return gdn_cuda_check(e, "chunk_wg cooperative launch");
 }
 
-/* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid. */
-template <typename T, int K, bool SERVE>
+/* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid
+ * (GDN: kda_prep's shared memory leaves no room for prep units beside chunk_wg<KDA>). */
+template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_paths(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (prm.seg_chunks > 0)
-        return launch_cp<T, K, SERVE>(prm, p, stream);
-    if (coop_fits(p))
+        return launch_cp<T, K, SERVE, KDA>(prm, p, stream);
+    if (!KDA && coop_fits(p))
         return launch_coop<T, K, SERVE>(prm, p, stream);
-    return launch_two<T, K, SERVE>(prm, p, stream);
+    return launch_two<T, K, SERVE, KDA>(prm, p, stream);
 }
 
-/* The serving instances (state pool, checkpoints) or the plain ones. */
+/* The serving instances (state pool, checkpoints) or the plain ones; GDN or KDA gates. */
 template <typename T, int K>
 static gdn_status launch_all(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
-    return prm.pool_idx || prm.ckpt_every > 0 ? launch_paths<T, K, true>(prm, p, stream)
-                                              : launch_paths<T, K, false>(prm, p, stream);
+    const bool serve = prm.pool_idx || prm.ckpt_every > 0;
+    if (p->gate_kind == GDN_GATE_KDA)
+        return serve ? launch_paths<T, K, true, true>(prm, p, stream) : launch_paths<T, K, false, true>(prm, p, stream);
+    return serve ? launch_paths<T, K, true, false>(prm, p, stream) : launch_paths<T, K, false, false>(prm, p, stream);
 }
 
 } /* namespace gdn_chunk */
@@ -347,13 +367,11 @@ extern "C" size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p)
     return plan_pack(p).bytes + chunk_ws_bytes(p);
 }
 
-/* The CUDA chunk path's limits: GDN gates, bf16 / f16 inputs, K = 64 or 128, V = 64, 128 or 256,
- * f32 or bf16 states, and one-dimensional grids (V / 64 CTAs per sequence and head in chunk_wg;
- * CP: at most an SM's worth of segments, each (V + K) / 64). */
+/* The CUDA chunk path's limits: GDN or KDA gates, bf16 / f16 inputs, K = 64 or 128, V = 64, 128 or
+ * 256, f32 or bf16 states, and one-dimensional grids (V / 64 CTAs per sequence and head in
+ * chunk_wg; CP: at most an SM's worth of segments, each (V + K) / 64). */
 extern "C" gdn_status gdn_cuda_chunk_fwd_check(const gdn_problem *p)
 {
-    if (p->gate_kind != GDN_GATE_GDN)
-        return gdn_set_error(GDN_ERR_UNSUPPORTED, "gdn_chunk_fwd: KDA gates are not supported on CUDA");
     if (p->q.dtype != GDN_DTYPE_BF16 && p->q.dtype != GDN_DTYPE_F16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: the CUDA chunk path takes bf16 or f16 inputs");
     if (p->K != 64 && p->K != 128)
@@ -411,13 +429,15 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.v_b = io_s[2][0], prm.v_t = io_s[2][1], prm.v_h = io_s[2][2];
     prm.o_b = io_s[3][0], prm.o_t = io_s[3][1], prm.o_h = io_s[3][2];
     prm.g = static_cast<const float *>(p->g.data);
-    prm.g_b = p->g.s[0], prm.g_t = p->g.s[1], prm.g_h = p->g.s[2];
+    prm.g_b = p->g.s[0], prm.g_t = p->g.s[1], prm.g_h = p->g.s[2], prm.g_r = p->g.s[3];
     prm.a = p->a.data;
     prm.a_dtype = p->a.dtype;
-    prm.a_b = p->a.s[0], prm.a_t = p->a.s[1], prm.a_h = p->a.s[2];
+    prm.a_b = p->a.s[0], prm.a_t = p->a.s[1], prm.a_h = p->a.s[2], prm.a_r = p->a.s[3];
     prm.A_log = p->A_log;
     prm.dt_bias = static_cast<const float *>(p->dt_bias.data);
     prm.dt_h = p->dt_bias.s[0];
+    prm.dt_r = p->dt_bias.s[1];
+    prm.lower_bound = p->lower_bound;
     prm.sp_beta = p->softplus_beta;
     prm.sp_threshold = p->softplus_threshold;
     prm.beta = p->beta.data;

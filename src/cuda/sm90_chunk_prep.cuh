@@ -117,18 +117,23 @@ __device__ __forceinline__ void row_factors(const float *gh, const float *bh, co
     }
 }
 
-template <bool WITH_A, int LD, typename T>
+/* DECAY = false (KDA): the decays are inside kk and qk already; gh is not read. */
+template <bool WITH_A, int LD, typename T, bool DECAY = true>
 __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (&qk)[8][4], const float *gh,
                                           const float *bh, const float *rk, const float (&rqr)[2], float *As,
                                           uint32_t *pm_out, int pm_row8, int warp, int g, int t)
 {
-    float gr[2], br[2];
-    row_factors<WITH_A>(gh, bh, rk, warp, g, gr, br);
+    float gr[2] = {0.f, 0.f}, br[2];
+    if (DECAY)
+        row_factors<WITH_A>(gh, bh, rk, warp, g, gr, br);
+    else
+        row_factors<WITH_A>(bh, bh, rk, warp, g, gr, br);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
         if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
             break;
-        const float2 gcol = make_float2(gh[8 * nt + 2 * t] * LOG2E, gh[8 * nt + 2 * t + 1] * LOG2E);
+        const float2 gcol = DECAY ? make_float2(gh[8 * nt + 2 * t] * LOG2E, gh[8 * nt + 2 * t + 1] * LOG2E)
+                                  : make_float2(0.f, 0.f);
         const float2 kcol = *reinterpret_cast<const float2 *>(rk + 8 * nt + 2 * t);
 #pragma unroll
         for (int hrow = 0; hrow < 2; ++hrow) {
@@ -138,9 +143,11 @@ __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (
             for (int e = 0; e < 2; ++e) {
                 const int j = 8 * nt + 2 * t + e;
                 /* Only i >= j: 2^x of a non-positive number. */
-                const float dec = i >= j ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * (e ? kcol.y : kcol.x) : 0.f;
+                const float kc = e ? kcol.y : kcol.x;
+                const float dec = i >= j ? (DECAY ? fast_exp2(gr[hrow] - (e ? gcol.y : gcol.x)) * kc : kc) : 0.f;
                 av[e] = i > j ? br[hrow] * dec * kk[nt][2 * hrow + e] : 0.f;
-                pv[e] = rqr[hrow] * dec * qk[nt][2 * hrow + e];
+                /* KDA's qk above the diagonal may be inf (kda_prep): selected away, never multiplied. */
+                pv[e] = DECAY || i >= j ? rqr[hrow] * dec * qk[nt][2 * hrow + e] : 0.f;
             }
             if (WITH_A)
                 *reinterpret_cast<float2 *>(As + i * LD + 8 * nt + 2 * t) = make_float2(av[0], av[1]);
@@ -149,10 +156,11 @@ __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (
     }
 }
 
-/* The workspace record of (value head hv, chunk slot). */
-__device__ __forceinline__ unsigned char *ws_head(const ChunkParams &p, int64_t hv, int64_t slot)
+/* The workspace record of (value head hv, chunk slot): WS_CHUNK bytes each (KDA: KdaRec's). */
+__device__ __forceinline__ unsigned char *ws_head(const ChunkParams &p, int64_t hv, int64_t slot,
+                                                  size_t rec_bytes = WS_CHUNK)
 {
-    return p.ws + ((size_t)hv * p.slots + (size_t)slot) * WS_CHUNK;
+    return p.ws + ((size_t)hv * p.slots + (size_t)slot) * rec_bytes;
 }
 
 constexpr float G_FLOOR = -40.f; /* log decays below it are raised to it (chunk_prep) */
@@ -307,6 +315,77 @@ __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const Pre
         }
         graw[idx] = gv;
         bet[idx] = bv;
+    }
+}
+
+/* T = (I + A)^-1 of one head and Tb = T diag(beta) into the record (tb_out), once the unit's warps
+ * wrote rows 16 w .. 16 w + 15 of A (As; each warp its own, so a warp barrier orders them for
+ * the diagonal blocks). Ts receives T; bh is the head's beta. Shared by chunk_prep and kda_prep. */
+template <int LD, typename T>
+__device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, const float *bh, T *tb_out, int tid, int bar)
+{
+    const int lane = tid & 31, warp = tid >> 5;
+    __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
+
+    /* T = (I + A)^-1, unit lower triangular, by 16 x 16 blocks. The four diagonal blocks at
+     * once, warp w block w, by forward substitution: lane cc < 16 solves column cc in
+     * registers, each row of A read as float4 (a broadcast). Then, with 3xTF32 tensor-core
+     * products (inverse_blocks), the blocks (1, 0), (2, 1), (3, 2), and last (2, 0) with
+     * (3, 0), and (3, 1): three barriers in all. */
+    if (lane < 16) {
+        const int r0 = 16 * warp, cc = lane;
+        float x[16];
+#pragma unroll
+        for (int i2 = 0; i2 < 16; ++i2) {
+            const float *arow = As + (r0 + i2) * LD + r0;
+            float a[16];
+#pragma unroll
+            for (int q4 = 0; q4 < (i2 + 3) / 4; ++q4) {
+                const float4 v = *reinterpret_cast<const float4 *>(arow + 4 * q4);
+                a[4 * q4] = v.x;
+                a[4 * q4 + 1] = v.y;
+                a[4 * q4 + 2] = v.z;
+                a[4 * q4 + 3] = v.w;
+            }
+            float s = i2 == cc ? 1.f : 0.f;
+#pragma unroll
+            for (int ii = 0; ii < i2; ++ii)
+                s -= a[ii] * x[ii];
+            x[i2] = s;
+        }
+#pragma unroll
+        for (int ii = 0; ii < 16; ++ii)
+            Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
+    }
+    unit_sync(bar);
+    /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
+    for (int task = warp; task < 6; task += 4)
+        inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
+    unit_sync(bar);
+    if (warp < 2)
+        inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
+    else
+        inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
+    unit_sync(bar);
+
+    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
+     * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads
+     * of T hit every bank once per 8 rows, and beta is a broadcast. */
+    for (int idx = tid; idx < C * 8; idx += 128) {
+        const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
+        if ((ch >> 1) > (i >> 4))
+            continue;
+        const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
+        const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
+        const float4 b0 = *reinterpret_cast<const float4 *>(bh + j);
+        const float4 b1 = *reinterpret_cast<const float4 *>(bh + j + 4);
+        const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
+                            t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            w[e] = Mma16<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
+        *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -468,69 +547,7 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
                 }
             }
         }
-        __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
-
-        /* T = (I + A)^-1, unit lower triangular, by 16 x 16 blocks. The four diagonal blocks at
-         * once, warp w block w, by forward substitution: lane cc < 16 solves column cc in
-         * registers, each row of A read as float4 (a broadcast). Then, with 3xTF32 tensor-core
-         * products (inverse_blocks), the blocks (1, 0), (2, 1), (3, 2), and last (2, 0) with
-         * (3, 0), and (3, 1): three barriers in all. */
-        if (lane < 16) {
-            const int r0 = 16 * warp, cc = lane;
-            float x[16];
-#pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
-                const float *arow = As + (r0 + i2) * LD + r0;
-                float a[16];
-#pragma unroll
-                for (int q4 = 0; q4 < (i2 + 3) / 4; ++q4) {
-                    const float4 v = *reinterpret_cast<const float4 *>(arow + 4 * q4);
-                    a[4 * q4] = v.x;
-                    a[4 * q4 + 1] = v.y;
-                    a[4 * q4 + 2] = v.z;
-                    a[4 * q4 + 3] = v.w;
-                }
-                float s = i2 == cc ? 1.f : 0.f;
-#pragma unroll
-                for (int ii = 0; ii < i2; ++ii)
-                    s -= a[ii] * x[ii];
-                x[i2] = s;
-            }
-#pragma unroll
-            for (int ii = 0; ii < 16; ++ii)
-                Ts[(r0 + ii) * LD + r0 + cc] = x[ii];
-        }
-        unit_sync(bar);
-        /* (1, 0), (2, 1), (3, 2): six tasks of 8 columns over the four warps. */
-        for (int task = warp; task < 6; task += 4)
-            inverse_blocks<LD, 1>(As, Ts, (task >> 1) + 1, task >> 1, 8 * (task & 1), lane);
-        unit_sync(bar);
-        if (warp < 2)
-            inverse_blocks<LD, 2>(As, Ts, 2, 0, 8 * warp, lane);
-        else
-            inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
-        unit_sync(bar);
-
-        /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
-         * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads
-         * of T hit every bank once per 8 rows, and beta is a broadcast. */
-        T *tb_out = reinterpret_cast<T *>(wsc);
-        for (int idx = tid; idx < C * 8; idx += 128) {
-            const int i = idx & (C - 1), ch = idx / C, j = ch * 8;
-            if ((ch >> 1) > (i >> 4))
-                continue;
-            const float4 t0 = *reinterpret_cast<const float4 *>(Ts + i * LD + j);
-            const float4 t1 = *reinterpret_cast<const float4 *>(Ts + i * LD + j + 4);
-            const float4 b0 = *reinterpret_cast<const float4 *>(bh + j);
-            const float4 b1 = *reinterpret_cast<const float4 *>(bh + j + 4);
-            const float x[8] = {t0.x * b0.x, t0.y * b0.y, t0.z * b0.z, t0.w * b0.w,
-                                t1.x * b1.x, t1.y * b1.y, t1.z * b1.z, t1.w * b1.w};
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                w[e] = Mma16<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
-            *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
+        prep_inverse_tb<LD, T>(As, Ts, bh, reinterpret_cast<T *>(wsc), tid, bar);
         float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
         if (tid < C) {
             const float gi = gh[tid], gc = gh[C - 1];

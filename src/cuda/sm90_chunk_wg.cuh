@@ -50,10 +50,15 @@ template <bool PRE> struct WgConfig {
     static constexpr int THREADS = PRE ? 192 : 384, COPY = PRE ? 64 : 128, STAGES = PRE ? 2 : 3;
 };
 
-template <int K, bool PRE> struct WgSmem {
-    static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64, S = WgConfig<PRE>::STAGES; /* KB: boxes of a Q or K tile */
-    static constexpr int Q = 0, KT = PRE ? 0 : KB * B, V = KT + KB * B, TB = V + B, PM = TB + B, COEF = PM + B;
-    static constexpr int STAGE = (COEF + COEF_FLOATS * 4 + 1023) / 1024 * 1024;
+/* A stage: Q (none in PRE), K, KDA's K^ (KU; GDN's update reads K), V, then the workspace chunk's
+ * image (Tb, Pm, coefficients; KDA: exp(Gam_C) per key). KDA's stage holds one more K-wide tile,
+ * so two stages fit where GDN has three. */
+template <int K, bool PRE, bool KDA = false> struct WgSmem {
+    static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64; /* KB: boxes of a Q or K tile */
+    static constexpr int S = KDA ? 2 : WgConfig<PRE>::STAGES;
+    static constexpr int Q = 0, KT = PRE ? 0 : KB * B, KU = KDA ? KT + KB * B : KT, V = KU + KB * B;
+    static constexpr int TB = V + B, PM = TB + B, COEF = PM + B, COEF_BYTES = KDA ? K * 4 : COEF_FLOATS * 4;
+    static constexpr int STAGE = (COEF + COEF_BYTES + 1023) / 1024 * 1024;
     static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
     static constexpr int MAP = OST + (PRE ? 0 : 2 * B);
     static constexpr int BARS = MAP + WS_MAP_BYTES;       /* full[S], empty[S] mbarriers */
@@ -73,12 +78,14 @@ template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)
 
 /* SERVE: the call has a state pool or checkpoints (ChunkParams::pool_idx, ckpt_every). Those calls
  * take their own instances, so that the per-chunk checkpoint test and the zeroing of skipped
- * sequences' outputs stay out of the plain kernels' loops. */
-template <int K, typename T, bool PRE, bool SERVE>
+ * sequences' outputs stay out of the plain kernels' loops.
+ * KDA: the records are kda_prep's (KdaRec): Q~, K~ and K^ replace Q, K and K in the products and
+ * carry every decay and row factor but exp(Gam_C), by which S^T's columns (keys) decay. */
+template <int K, typename T, bool PRE, bool SERVE, bool KDA = false>
 __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const ChunkParams p)
 {
     using namespace gdn_sm90;
-    using L = WgSmem<K, PRE>;
+    using L = WgSmem<K, PRE, KDA>;
     constexpr int THREADS = WgConfig<PRE>::THREADS, COPY = WgConfig<PRE>::COPY, STAGES = L::S;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = 64;
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
@@ -91,7 +98,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
      * and keeps wgmma unserialized in them (without it, ptxas reported C7518 serialization in PRE,
      * whose chain has no setmaxnreg to show convergence). */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
-    if constexpr (!PRE) {
+    if constexpr (!PRE && !KDA) {
         if constexpr (TUNE_COOP_PROBE != 0) {
             const int probe = coop_probe_now();
             if (p.ready && (probe >= 2 ? blockIdx.x >= p.coop_main : probe == 1 && blockIdx.x < p.coop_main))
@@ -203,8 +210,9 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             *reinterpret_cast<uint4 *>(smem + u / (L::B / 16) * L::STAGE + L::V + 16 * (u % (L::B / 16))) = make_uint4(0, 0, 0, 0);
     /* Shared-memory offset (from Tb) of each 16-byte copy of the workspace chunk: Tb and Pm rows of
      * 2 (b + 1) chunks in block row b (tri_chunk), then the coefficients. */
+    constexpr int MAP_COPIES = KDA ? KdaRec<K>::COPIES : WS_COPIES;
     uint16_t *ws_map = reinterpret_cast<uint16_t *>(smem + L::MAP);
-    for (int u = tid; u < WS_COPIES; u += THREADS) {
+    for (int u = tid; u < MAP_COPIES; u += THREADS) {
         int off;
         if (u < 2 * TRI_BYTES / 16) {
             const int tile = u >= TRI_BYTES / 16, ti = u - tile * (TRI_BYTES / 16);
@@ -240,16 +248,18 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         const T *qp = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (t0 + qk_r0) * p.q_t;
         const T *kp = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (t0 + qk_r0) * p.k_t;
         const T *vp = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
+        if constexpr (!KDA) { /* KDA: Q~, K~ and K^ come with the record */
 #pragma unroll
-        for (int it = 0; it < C / QK_RP; ++it) {
-            const int r = qk_r0 + QK_RP * it;
-            const bool ok = r < cl;
-            const uint32_t off = (uint32_t)(qk_ch >> 3) * L::B + box_offset(r, (qk_ch & 7) * 8);
-            if constexpr (!PRE) /* no outputs, no Q */
-                cp_async16(base + L::Q + off, ok ? qp : q, ok ? 16 : 0);
-            cp_async16(base + L::KT + off, ok ? kp : k, ok ? 16 : 0);
-            qp += q_step;
-            kp += k_step;
+            for (int it = 0; it < C / QK_RP; ++it) {
+                const int r = qk_r0 + QK_RP * it;
+                const bool ok = r < cl;
+                const uint32_t off = (uint32_t)(qk_ch >> 3) * L::B + box_offset(r, (qk_ch & 7) * 8);
+                if constexpr (!PRE) /* no outputs, no Q */
+                    cp_async16(base + L::Q + off, ok ? qp : q, ok ? 16 : 0);
+                cp_async16(base + L::KT + off, ok ? kp : k, ok ? 16 : 0);
+                qp += q_step;
+                kp += k_step;
+            }
         }
         if (v_real)
 #pragma unroll
@@ -259,12 +269,22 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
                 vp += v_step;
             }
-        const unsigned char *wsc = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * WS_CHUNK + 16 * pt;
+        const size_t rec_bytes = KDA ? (size_t)KdaRec<K>::BYTES : (size_t)WS_CHUNK;
+        const unsigned char *rec = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * rec_bytes;
+        const unsigned char *wsc = rec + 16 * pt;
         unsigned char *dst = base + L::TB;
 #pragma unroll
-        for (int u = pt; u < WS_COPIES; u += COPY) {
+        for (int u = pt; u < MAP_COPIES; u += COPY) {
             cp_async16(dst + ws_map[u], wsc, 16);
             wsc += 16 * COPY;
+        }
+        if constexpr (KDA) {
+            /* The images, as they are: Q~ K~ K^ onto Q KT KU (PRE: K~ K^ onto KT KU). */
+            constexpr int FROM = KdaRec<K>::IMG + (PRE ? KdaRec<K>::TILE : 0), N16 = (PRE ? 2 : 3) * KdaRec<K>::TILE / 16;
+            static_assert(L::KU == L::KT + KdaRec<K>::TILE && (PRE || L::KT == L::Q + KdaRec<K>::TILE), "image order");
+#pragma unroll
+            for (int u = pt; u < N16; u += COPY)
+                cp_async16(base + (PRE ? L::KT : L::Q) + 16 * u, rec + FROM + 16 * u, 16);
         }
     };
 
@@ -379,6 +399,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             const uint32_t so = stage * L::STAGE, st = sb + so;
             const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
             const float *ck = reinterpret_cast<const float *>(smem + so + L::COEF), *cu = ck + 2 * C;
+            const float *gck = ck; /* KDA: exp(Gam_C) [K] */
             /* The products are asynchronous: the work that does not feed the next one (hand-offs to
              * the output warpgroup, fragment loads, the decay of S^T) runs while it computes. A
              * register that an issued wgmma reads or writes is touched only after its wait. */
@@ -414,8 +435,12 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
                 ldsm_x4_t(vt[jt], st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
-                c0[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
-                c1[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
+                if constexpr (KDA) {
+                    c0[jt] = c1[jt] = make_float2(1.f, 1.f);
+                } else {
+                    c0[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
+                    c1[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
+                }
             }
             wait<0>();
             acc_fence(y);
@@ -442,17 +467,33 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             commit();
 
             /* Meanwhile: S^T decays by gC, and cu. */
-            const float gc = cu[C];
+            if constexpr (KDA) {
+                /* Column d (key) of S^T decays by exp(Gam_C)[d]: adjacent accumulator pairs. */
 #pragma unroll
-            for (int b = 0; b < KB; ++b)
+                for (int b = 0; b < KB; ++b)
 #pragma unroll
-                for (int i = 0; i < 32; ++i)
-                    s[b][i] *= gc;
+                    for (int i = 0; i < 32; i += 2) {
+                        const float2 gd = *reinterpret_cast<const float2 *>(gck + 64 * b + acc_col(t, i));
+                        s[b][i] *= gd.x;
+                        s[b][i + 1] *= gd.y;
+                    }
+            } else {
+                const float gc = cu[C];
+#pragma unroll
+                for (int b = 0; b < KB; ++b)
+#pragma unroll
+                    for (int i = 0; i < 32; ++i)
+                        s[b][i] *= gc;
+            }
             float2 u0[4], u1[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                u0[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
-                u1[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
+                if constexpr (KDA) {
+                    u0[j] = u1[j] = make_float2(1.f, 1.f);
+                } else {
+                    u0[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
+                    u1[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
+                }
             }
             wait<0>();
             acc_fence(vn);
@@ -471,7 +512,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int b = 0; b < KB; ++b)
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KT + b * L::B + mnmajor_step(j)), 1);
+                    mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KU + b * L::B + mnmajor_step(j)), 1);
             commit();
 
             /* Meanwhile: Vn^T to the output warpgroup. */
@@ -545,11 +586,13 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             acc_fence(oa);
             if (c + 1 < c_end)
                 bar_arrive(BAR_SFREE, 256);
+            if constexpr (!KDA) { /* KDA: Q~ carries the scale, norm and decay */
 #pragma unroll
-            for (int i = 0; i < 32; i += 2) {
-                const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
-                oa[i] *= cf.x;
-                oa[i + 1] *= cf.y;
+                for (int i = 0; i < 32; i += 2) {
+                    const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
+                    oa[i] *= cf.x;
+                    oa[i + 1] *= cf.y;
+                }
             }
             bar_sync(BAR_V, 256);
             fence();

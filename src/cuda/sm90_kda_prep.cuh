@@ -1,0 +1,341 @@
+/*
+ * sm90_kda_prep.cuh - kda_prep, chunk_prep's counterpart for KDA gates (one log decay per key
+ * channel): it writes KDA's chunk record (KdaRec, sm90_chunk_common.cuh), which chunk_wg<KDA>
+ * reads. What differs from GDN is where the decay sits: inside the products over the key
+ * channels, so it cannot be a row factor applied after them.
+ *
+ * One CTA (4 warps) per (chunk, value head): the decays depend on the value head, so GDN's
+ * grouping of value heads that share K K^T has nothing to share here.
+ *   - Gam, the per-key cumsum of the chunk's log decays (log2 units), in shared memory; q / k
+ *     norms as row factors, as chunk_prep keeps them.
+ *   - The three tile images Q~, K~, K^ and exp(Gam_C) to the record.
+ *   - The decayed K K^T and Q K^T of 16 x 16 blocks, warp w block row w, on tensor cores: with
+ *     an anchor token a of block w, Gam_i - Gam_j = (Gam_i - Gam_a) + (Gam_a - Gam_j), so each
+ *     product is (X_i o 2^(Gam_i - Gam_a)) . (K_j o 2^(Gam_a - Gam_j)), the factors scaled in
+ *     registers between ldmatrix and mma. With a = 16 w (the block's first token) both factors
+ *     of the blocks left of the diagonal are <= 1: safe for any gate. The diagonal block also
+ *     needs j > a, where 2^(Gam_a - Gam_j) grows with the decay over the block; so a moves to
+ *     the block's middle token 16 w + 8 and the diagonal block runs on tensor cores when the
+ *     decay over either half is at most 2^SPAN_MAX in every key (FLA's lower_bound of -5 gives
+ *     at most e^40 = 2^58; kda_span_max), and otherwise on CUDA cores, each term
+ *     2^(Gam_i - Gam_j) with i >= j, any gate.
+ *   - A, Pm and T = (I + A)^-1 as chunk_prep (mask_rows without decay, prep_inverse_tb).
+ */
+#ifndef GDN_SM90_KDA_PREP_CUH
+#define GDN_SM90_KDA_PREP_CUH
+
+#include "sm90_chunk_prep.cuh"
+
+namespace gdn_chunk {
+
+/* The largest decay over half a 16-token block (log2 units) that the diagonal block's products
+ * take on tensor cores in bf16: factors up to 2^96 ~ 8e28 stay far from bf16's 2^128 once
+ * multiplied by a key entry. f16 (largest 65504, smallest 2^-24) has no such room: its diagonal
+ * blocks always take the CUDA-core path (factors <= 1 elsewhere only lose what underflows). */
+template <typename T> constexpr float kda_span_max() { return gdn_sm90::is_f16<T>::value ? -1.f : 96.f; }
+
+template <int K> struct KdaPrepSmem {
+    static constexpr int QK = C * K * 2;       /* Q and K tiles, bytes each */
+    static constexpr int GLD = K + 8;          /* Gam row pitch (floats): fragment reads conflict-free */
+    static constexpr int GAM = C * GLD * 4;
+    static constexpr int LD = PrepSmem<K>::LD; /* A and T, as chunk_prep's; they alias Q, K and Gam */
+    static constexpr int MAT = C * LD * 4;
+    static constexpr int MAIN = 2 * QK + GAM > 2 * MAT ? 2 * QK + GAM : 2 * MAT;
+    static constexpr int BYTES = MAIN + 3 * C * 4; /* + beta, rk, rq */
+};
+
+/* x (a packed pair of T) times 2^e0, 2^e1. */
+template <typename T> __device__ __forceinline__ uint32_t scale_pair(uint32_t x, float e0, float e1)
+{
+    const float2 f = Mma16<T>::unpack(x);
+    return Mma16<T>::pack(f.x * fast_exp2(e0), f.y * fast_exp2(e1));
+}
+
+/* The chunk's raw gate inputs (cl tokens x K keys, from base + off) into Gs as f32, row pitch
+ * ld: the 128 threads along the keys, all loads of a thread issued before their stores. */
+template <typename E>
+__device__ __forceinline__ void kda_load_gates(const E *base, int64_t off, int64_t st, int64_t sr, int cl, int K, int tid,
+                                               float *Gs, int ld)
+{
+    constexpr int PER = 32;
+    const int per_row = 128 / K; /* rows covered by the CTA per step (1 or 2) */
+    const int d = tid % K, r0 = tid / K;
+#pragma unroll 1
+    for (int rb = r0; rb < cl; rb += PER * per_row) {
+        float x[PER];
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int r = rb + j * per_row;
+            x[j] = r < cl ? gdn_to_f32(base[off + r * st + d * sr]) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < PER; ++j)
+            Gs[(rb + j * per_row) * ld + d] = x[j];
+    }
+}
+
+template <int K, typename T>
+__device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem)
+{
+    using L = KdaPrepSmem<K>;
+    constexpr int KC = K / 8, GLD = L::GLD, LD = L::LD;
+    const PrepItem it = prep_locate<false>(p, item);
+    if (it.cl == 0)
+        return;
+    const int64_t hv = it.hv0;
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *Ks = Qs + C * K;
+    float *Gs = reinterpret_cast<float *>(smem + 2 * L::QK);
+    float *As = reinterpret_cast<float *>(smem), *Ts = As + C * LD; /* after the products */
+    float *bet = reinterpret_cast<float *>(smem + L::MAIN), *rk = bet + C, *rq = rk + C;
+    unsigned char *rec = ws_head(p, hv, it.slot, KdaRec<K>::BYTES);
+    const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+    prep_issue_qk<K, T>(p, it, tid, Qs, Ks);
+
+    /* Gam: the raw gate inputs into Gs, then thread d sums key d's log decays over the chunk in
+     * place (floored as chunk_prep floors them: exp(-40) resets any state, and every difference
+     * stays finite); padding tokens decay 0. f32 gates in 16-byte aligned rows come with cp.async,
+     * in flight together with Q and K; other gate inputs through registers. The loops stay
+     * rolled: unrolled, the gate formula's code would not fit the instruction cache. */
+    const bool g_async = p.g && p.g_r == 1 && ((p.g_b | p.g_t | p.g_h) & 3) == 0 &&
+                         (reinterpret_cast<uintptr_t>(p.g) & 15) == 0;
+    if (g_async) {
+        constexpr int GC4 = K / 4, GRP = 128 / GC4;
+        const int ch = tid % GC4, r0 = tid / GC4;
+        const float *src = p.g + it.sq.row * p.g_b + (it.t0 + r0) * p.g_t + hv * p.g_h + 4 * ch;
+#pragma unroll 4
+        for (int r = r0; r < C; r += GRP, src += GRP * p.g_t)
+            cp_async16(Gs + r * GLD + 4 * ch, r < it.cl ? src : p.g, r < it.cl ? 16 : 0);
+        cp_async_commit();
+    } else if (p.g) {
+        kda_load_gates(p.g, it.sq.row * p.g_b + it.t0 * p.g_t + hv * p.g_h, p.g_t, p.g_r, it.cl, K, tid, Gs, GLD);
+    } else if (p.a_dtype == GDN_DTYPE_BF16) {
+        kda_load_gates(static_cast<const __nv_bfloat16 *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t,
+                       p.a_r, it.cl, K, tid, Gs, GLD);
+    } else if (p.a_dtype == GDN_DTYPE_F16) {
+        kda_load_gates(static_cast<const __half *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t, p.a_r,
+                       it.cl, K, tid, Gs, GLD);
+    } else {
+        kda_load_gates(static_cast<const float *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t, p.a_r,
+                       it.cl, K, tid, Gs, GLD);
+    }
+    if (tid < C) {
+        float bv = 0.f;
+        if (tid < it.cl) {
+            bv = load_elem(p.beta, p.beta_dtype, it.sq.row * p.be_b + (it.t0 + tid) * p.be_t + hv * p.be_h);
+            if (p.beta_from_logits)
+                bv = gate_beta(bv, p.allow_neg_eigval);
+        }
+        bet[tid] = bv;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!p.g) {
+        /* The gate formula element by element over all threads (each keeps its key: 128 % K = 0),
+         * independent evaluations for the scheduler to overlap. */
+        const int d = tid % K;
+        const float dtb = p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f, alog = p.A_log[hv];
+#pragma unroll 4
+        for (int r = tid / K; r < it.cl; r += 128 / K)
+            Gs[r * GLD + d] = gate_log_decay_kda(Gs[r * GLD + d], dtb, alog, p.lower_bound, p.sp_beta, p.sp_threshold);
+        __syncthreads();
+    }
+    if (tid < K) {
+        const int d = tid;
+        float acc = 0.f;
+#pragma unroll 4
+        for (int r = 0; r < it.cl; ++r) {
+            float gv = Gs[r * GLD + d];
+            if (gv < G_FLOOR)
+                gv = G_FLOOR;
+            acc += gv;
+            Gs[r * GLD + d] = acc * LOG2E;
+        }
+        for (int r = it.cl; r < C; ++r)
+            Gs[r * GLD + d] = acc * LOG2E;
+    }
+
+    /* Row norms: two threads per row, half the columns each. */
+    {
+        const int r = tid >> 1, half = tid & 1;
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int ch = half * KC / 2; ch < (half + 1) * KC / 2; ++ch) {
+            const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, 8 * ch));
+            const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, 8 * ch));
+            const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 a = Mma16<T>::unpack(qw[e]), b = Mma16<T>::unpack(kw[e]);
+                sq += a.x * a.x + a.y * a.y;
+                sk += b.x * b.x + b.y * b.y;
+            }
+        }
+        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+        if (half == 0) {
+            rq[r] = p.l2norm ? 1.f / sqrtf(sq + 1e-6f) : 1.f;
+            rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
+        }
+    }
+    __syncthreads();
+
+    /* The record's images (16-byte chunks, consecutive threads along a row) and exp(Gam_C). */
+    {
+        using KR = KdaRec<K>;
+        const float *gc = Gs + (C - 1) * GLD;
+        for (int idx = tid; idx < 3 * C * KC; idx += 128) {
+            const int tile = idx / (C * KC), r = idx % (C * KC) / KC, ch = idx % KC;
+            const T *src = (tile == 0 ? Qs : Ks) + swz<KC>(r, 8 * ch);
+            const uint4 xv = *reinterpret_cast<const uint4 *>(src);
+            const float f = tile == 0 ? p.scale * rq[r] : rk[r];
+            const float4 g0 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch);
+            const float4 g1 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4);
+            float e[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+            if (tile == 2) {
+                const float4 c0 = *reinterpret_cast<const float4 *>(gc + 8 * ch);
+                const float4 c1 = *reinterpret_cast<const float4 *>(gc + 8 * ch + 4);
+                const float cg[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    e[j] = cg[j] - e[j];
+            }
+            const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 v = Mma16<T>::unpack(xw[j]);
+                w[j] = Mma16<T>::pack(f * v.x * fast_exp2(e[2 * j]), f * v.y * fast_exp2(e[2 * j + 1]));
+            }
+            const uint32_t off = (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES + gdn_sm90::box_offset(r, (ch & 7) * 8);
+            *reinterpret_cast<uint4 *>(rec + KR::IMG + tile * KR::TILE + off) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        if (tid < K)
+            reinterpret_cast<float *>(rec + KR::GC)[tid] = fast_exp2(gc[tid]);
+    }
+
+    /* The decayed products of block row w (see the file comment). */
+    const int m = lane >> 3, r8 = lane & 7, i0 = 16 * warp;
+    float span = 0.f;
+    for (int d = lane; d < K; d += 32)
+        span = fmaxf(span, fmaxf(Gs[i0 * GLD + d] - Gs[(i0 + 8) * GLD + d], Gs[(i0 + 8) * GLD + d] - Gs[(i0 + 15) * GLD + d]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        span = fmaxf(span, __shfl_xor_sync(0xffffffffu, span, off));
+    const bool diag_tc = span <= kda_span_max<T>(); /* false for NaN too: the CUDA-core path */
+    const int anchor = diag_tc ? i0 + 8 : i0, nblk = diag_tc ? warp + 1 : warp;
+    float kk[8][4], qk[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            kk[i][e] = qk[i][e] = 0.f;
+#pragma unroll 1
+    for (int kc = 0; kc < K / 16; ++kc) {
+        const int c0 = 16 * kc + 2 * t;
+        const float2 ga0 = *reinterpret_cast<const float2 *>(Gs + anchor * GLD + c0);
+        const float2 ga1 = *reinterpret_cast<const float2 *>(Gs + anchor * GLD + c0 + 8);
+        uint32_t ak[4], aq[4];
+        ldsm_x4(ak, smem_u32(Ks + swz<KC>(i0 + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
+        ldsm_x4(aq, smem_u32(Qs + swz<KC>(i0 + (m & 1) * 8 + r8, 16 * kc + (m >> 1) * 8)));
+        /* A fragments: a[0] (row g, cols c0, c0 + 1), a[1] (row g + 8), a[2] / a[3] (cols + 8). */
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = i0 + g + 8 * (e & 1), col = c0 + 8 * (e >> 1);
+            const float2 gr = *reinterpret_cast<const float2 *>(Gs + row * GLD + col);
+            const float2 ga = e >> 1 ? ga1 : ga0;
+            ak[e] = scale_pair<T>(ak[e], gr.x - ga.x, gr.y - ga.y);
+            aq[e] = scale_pair<T>(aq[e], gr.x - ga.x, gr.y - ga.y);
+        }
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn) {
+            if (nn >= nblk)
+                break;
+            uint32_t b[4];
+            ldsm_x4(b, smem_u32(Ks + swz<KC>(16 * nn + (m >> 1) * 8 + r8, 16 * kc + (m & 1) * 8)));
+            /* b[0] (token 16 nn + g, cols c0, c0 + 1), b[1] (cols + 8), b[2] / b[3] (token + 8). */
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = 16 * nn + g + 8 * (e >> 1), col = c0 + 8 * (e & 1);
+                const float2 gr = *reinterpret_cast<const float2 *>(Gs + row * GLD + col);
+                const float2 ga = e & 1 ? ga1 : ga0;
+                b[e] = scale_pair<T>(b[e], ga.x - gr.x, ga.y - gr.y);
+            }
+            Mma16<T>::mma(kk[2 * nn], ak, b[0], b[1]);
+            Mma16<T>::mma(kk[2 * nn + 1], ak, b[2], b[3]);
+            Mma16<T>::mma(qk[2 * nn], aq, b[0], b[1]);
+            Mma16<T>::mma(qk[2 * nn + 1], aq, b[2], b[3]);
+        }
+    }
+    if (!diag_tc) {
+        /* The diagonal block on CUDA cores: this thread's entries (i, j), i >= j, of column tiles
+         * 2 w and 2 w + 1, each a sum over the keys of 2^(Gam_i - Gam_j) k_j (k_i, q_i). */
+        float dk[2][4], dq[2][4];
+#pragma unroll 1
+        for (int u = 0; u < 8; ++u) {
+            const int nt = u >> 2, hrow = (u >> 1) & 1, e = u & 1;
+            const int i = i0 + g + 8 * hrow, j = i0 + 8 * nt + 2 * t + e;
+            float sk = 0.f, sq = 0.f;
+            if (i >= j) {
+#pragma unroll 1
+                for (int ch = 0; ch < KC; ++ch) {
+                    const uint4 kiv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(i, 8 * ch));
+                    const uint4 qiv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(i, 8 * ch));
+                    const uint4 kjv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(j, 8 * ch));
+                    const uint32_t ki[4] = {kiv.x, kiv.y, kiv.z, kiv.w}, qi[4] = {qiv.x, qiv.y, qiv.z, qiv.w},
+                                   kj[4] = {kjv.x, kjv.y, kjv.z, kjv.w};
+#pragma unroll
+                    for (int w2 = 0; w2 < 4; ++w2) {
+                        const int d = 8 * ch + 2 * w2;
+                        const float2 a = Mma16<T>::unpack(ki[w2]), q2 = Mma16<T>::unpack(qi[w2]),
+                                     b = Mma16<T>::unpack(kj[w2]);
+                        const float d0 = b.x * fast_exp2(Gs[i * GLD + d] - Gs[j * GLD + d]);
+                        const float d1 = b.y * fast_exp2(Gs[i * GLD + d + 1] - Gs[j * GLD + d + 1]);
+                        sk += a.x * d0 + a.y * d1;
+                        sq += q2.x * d0 + q2.y * d1;
+                    }
+                }
+            }
+            /* Registers by compile-time index: a select per slot. */
+#pragma unroll
+            for (int v = 0; v < 8; ++v)
+                if (v == u) {
+                    dk[v >> 2][v & 3] = sk;
+                    dq[v >> 2][v & 3] = sq;
+                }
+        }
+        /* Into the diagonal tiles, by compile-time indices (the fragments stay in registers). */
+#pragma unroll
+        for (int nn = 0; nn < 4; ++nn)
+            if (nn == warp)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        kk[2 * nn + nt][e] = dk[nt][e];
+                        qk[2 * nn + nt][e] = dq[nt][e];
+                    }
+    }
+    __syncthreads(); /* Q, K and Gam consumed: A and T take their place */
+
+    float rqr[2];
+#pragma unroll
+    for (int hrow = 0; hrow < 2; ++hrow)
+        rqr[hrow] = p.scale * rq[i0 + g + 8 * hrow];
+    const int pm_row8 = 8 * (warp + 1) * 8;
+    uint32_t *pm_out = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(rec + TRI_BYTES) + tri_chunk(i0 + g, 0) * 8 + 2 * t);
+    mask_rows<true, LD, T, false>(kk, qk, bet, bet, rk, rqr, As, pm_out, pm_row8, warp, g, t);
+    prep_inverse_tb<LD, T>(As, Ts, bet, reinterpret_cast<T *>(rec), tid, 0);
+}
+
+template <int K, typename T>
+__global__ void __launch_bounds__(128) kda_prep_kernel(const ChunkParams p)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    kda_prep_chunk<K, T>(p, blockIdx.x, threadIdx.x, smem);
+}
+
+} /* namespace gdn_chunk */
+
+#endif /* GDN_SM90_KDA_PREP_CUH */
