@@ -250,7 +250,9 @@ def test_chunk_kda_runs_on_the_chunk_kernel(c_calls, gen, gate):
         g = F.logsigmoid(torch.randn(1, T, HVk, Kk, generator=gen))
         ref_g = g
     else:
-        g = torch.randn(1, T, HVk, Kk, generator=gen)
+        # Raw gates in bf16: contiguous rows (16-byte loads) for the safe gate, a transposed view
+        # (element loads) for the softplus gate.
+        g = torch.randn(1, T, HVk, Kk, generator=gen).bfloat16()
         A_log = torch.rand(HVk, generator=gen)
         dt_bias = torch.randn(HVk * Kk, generator=gen)
         kw.update(use_gate_in_kernel=True, A_log=A_log.cuda(), dt_bias=dt_bias.cuda())
@@ -260,15 +262,19 @@ def test_chunk_kda_runs_on_the_chunk_kernel(c_calls, gen, gate):
             ref_g = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * x)
         else:
             ref_g = -A_log.double().exp()[:, None] * F.softplus(x)
+    g_dev = g.cuda()
+    if gate == "softplus":
+        g_dev = g.transpose(2, 3).contiguous().cuda().transpose(2, 3)
+        assert g_dev.stride(-1) != 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        o, h = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g.cuda(), beta.cuda(), **kw)
+        o, h = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g_dev, beta.cuda(), **kw)
     assert c_calls == {"gdn_chunk_fwd": 1}
     ref_o, ref_h, _ = recurrence(q, k, v, ref_g, beta, h0=h0, cu_seqlens=cu, use_qk_l2norm=True, keep_steps=False)
     assert rel_err(o, ref_o) < 5e-3
     assert rel_err(h, ref_h) < 5e-3
     # The final states fed back as the next call's initial states.
-    o2, h2 = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g.cuda(), beta.cuda(), **dict(kw, initial_state=h))
+    o2, h2 = libgdn.chunk_kda(q.cuda(), k.cuda(), v.cuda(), g_dev, beta.cuda(), **dict(kw, initial_state=h))
     ref_o2, ref_h2, _ = recurrence(q, k, v, ref_g, beta, h0=ref_h.float(), cu_seqlens=cu, use_qk_l2norm=True,
                                    keep_steps=False)
     assert rel_err(o2, ref_o2) < 5e-3 and rel_err(h2, ref_h2) < 5e-3

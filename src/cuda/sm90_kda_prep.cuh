@@ -74,6 +74,30 @@ __device__ __forceinline__ void kda_load_gates(const E *base, int64_t off, int64
     }
 }
 
+/* The same for 16-bit gate inputs whose rows are contiguous and 16-byte aligned: 8 keys per load,
+ * every load of a thread in flight together. */
+template <int K, typename E>
+__device__ __forceinline__ void kda_load_gates_rows(const E *base, int64_t off, int64_t st, int cl, int tid, float *Gs,
+                                                    int ld)
+{
+    constexpr int CH = K / 8, RP = 128 / CH, N = C / RP;
+    const int ch = tid % CH, r0 = tid / CH;
+    uint4 x[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int r = r0 + RP * i;
+        x[i] = r < cl ? *reinterpret_cast<const uint4 *>(base + off + r * st + 8 * ch) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const float2 f0 = Mma16<E>::unpack(x[i].x), f1 = Mma16<E>::unpack(x[i].y);
+        const float2 f2 = Mma16<E>::unpack(x[i].z), f3 = Mma16<E>::unpack(x[i].w);
+        float *dst = Gs + (r0 + RP * i) * ld + 8 * ch;
+        *reinterpret_cast<float4 *>(dst) = make_float4(f0.x, f0.y, f1.x, f1.y);
+        *reinterpret_cast<float4 *>(dst + 4) = make_float4(f2.x, f2.y, f3.x, f3.y);
+    }
+}
+
 template <int K, typename T>
 __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem)
 {
@@ -98,27 +122,34 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
      * stays finite); padding tokens decay 0. f32 gates in 16-byte aligned rows come with cp.async,
      * in flight together with Q and K; other gate inputs through registers. The loops stay
      * rolled: unrolled, the gate formula's code would not fit the instruction cache. */
-    const bool g_async = p.g && p.g_r == 1 && ((p.g_b | p.g_t | p.g_h) & 3) == 0 &&
-                         (reinterpret_cast<uintptr_t>(p.g) & 15) == 0;
-    if (g_async) {
+    /* Gate inputs into Gs: f32 rows (g, or a raw f32 a) of 16-byte aligned keys with cp.async, in
+     * flight together with Q and K; 16-bit rows as 16-byte loads; other views element by element. */
+    const float *g32 = p.g ? p.g : (p.a_dtype == GDN_DTYPE_F32 ? static_cast<const float *>(p.a) : nullptr);
+    const int64_t gs_b = p.g ? p.g_b : p.a_b, gs_t = p.g ? p.g_t : p.a_t, gs_h = p.g ? p.g_h : p.a_h;
+    const int64_t gs_r = p.g ? p.g_r : p.a_r, goff = it.sq.row * gs_b + it.t0 * gs_t + hv * gs_h;
+    const bool rows16 = gs_r == 1 && (reinterpret_cast<uintptr_t>(p.g ? p.g : p.a) & 15) == 0;
+    if (g32 && rows16 && ((gs_b | gs_t | gs_h) & 3) == 0) {
         constexpr int GC4 = K / 4, GRP = 128 / GC4;
         const int ch = tid % GC4, r0 = tid / GC4;
-        const float *src = p.g + it.sq.row * p.g_b + (it.t0 + r0) * p.g_t + hv * p.g_h + 4 * ch;
+        const float *src = g32 + goff + r0 * gs_t + 4 * ch;
 #pragma unroll 4
-        for (int r = r0; r < C; r += GRP, src += GRP * p.g_t)
-            cp_async16(Gs + r * GLD + 4 * ch, r < it.cl ? src : p.g, r < it.cl ? 16 : 0);
+        for (int r = r0; r < C; r += GRP, src += GRP * gs_t)
+            cp_async16(Gs + r * GLD + 4 * ch, r < it.cl ? src : g32, r < it.cl ? 16 : 0);
         cp_async_commit();
-    } else if (p.g) {
-        kda_load_gates(p.g, it.sq.row * p.g_b + it.t0 * p.g_t + hv * p.g_h, p.g_t, p.g_r, it.cl, K, tid, Gs, GLD);
+    } else if (g32) {
+        kda_load_gates(g32, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
     } else if (p.a_dtype == GDN_DTYPE_BF16) {
-        kda_load_gates(static_cast<const __nv_bfloat16 *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t,
-                       p.a_r, it.cl, K, tid, Gs, GLD);
-    } else if (p.a_dtype == GDN_DTYPE_F16) {
-        kda_load_gates(static_cast<const __half *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t, p.a_r,
-                       it.cl, K, tid, Gs, GLD);
+        const __nv_bfloat16 *a16 = static_cast<const __nv_bfloat16 *>(p.a);
+        if (rows16 && ((gs_b | gs_t | gs_h) & 7) == 0)
+            kda_load_gates_rows<K>(a16, goff, gs_t, it.cl, tid, Gs, GLD);
+        else
+            kda_load_gates(a16, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
     } else {
-        kda_load_gates(static_cast<const float *>(p.a), it.sq.row * p.a_b + it.t0 * p.a_t + hv * p.a_h, p.a_t, p.a_r,
-                       it.cl, K, tid, Gs, GLD);
+        const __half *a16 = static_cast<const __half *>(p.a);
+        if (rows16 && ((gs_b | gs_t | gs_h) & 7) == 0)
+            kda_load_gates_rows<K>(a16, goff, gs_t, it.cl, tid, Gs, GLD);
+        else
+            kda_load_gates(a16, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
     }
     if (tid < C) {
         float bv = 0.f;
@@ -135,10 +166,10 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         /* The gate formula element by element over all threads (each keeps its key: 128 % K = 0),
          * independent evaluations for the scheduler to overlap. */
         const int d = tid % K;
-        const float dtb = p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f, alog = p.A_log[hv];
+        const float dtb = p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f, ea = expf(p.A_log[hv]);
 #pragma unroll 4
         for (int r = tid / K; r < it.cl; r += 128 / K)
-            Gs[r * GLD + d] = gate_log_decay_kda(Gs[r * GLD + d], dtb, alog, p.lower_bound, p.sp_beta, p.sp_threshold);
+            Gs[r * GLD + d] = gate_log_decay_kda_fast(Gs[r * GLD + d], dtb, ea, p.lower_bound, p.sp_beta, p.sp_threshold);
         __syncthreads();
     }
     if (tid < K) {
