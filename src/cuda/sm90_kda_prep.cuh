@@ -162,22 +162,19 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     }
     cp_async_wait<0>();
     __syncthreads();
-    if (!p.g) {
-        /* The gate formula element by element over all threads (each keeps its key: 128 % K = 0),
-         * independent evaluations for the scheduler to overlap. */
-        const int d = tid % K;
-        const float dtb = p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f, ea = expf(p.A_log[hv]);
-#pragma unroll 4
-        for (int r = tid / K; r < it.cl; r += 128 / K)
-            Gs[r * GLD + d] = gate_log_decay_kda_fast(Gs[r * GLD + d], dtb, ea, p.lower_bound, p.sp_beta, p.sp_threshold);
-        __syncthreads();
-    }
     if (tid < K) {
+        /* Key d's gates (raw inputs: the formula, evaluated for several tokens at once; only the
+         * sum is serial) and their running sum over the chunk, in place. */
         const int d = tid;
+        const bool raw = !p.g;
+        const float dtb = raw && p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f;
+        const float ea = raw ? expf(p.A_log[hv]) : 0.f;
         float acc = 0.f;
-#pragma unroll 4
+#pragma unroll 8
         for (int r = 0; r < it.cl; ++r) {
             float gv = Gs[r * GLD + d];
+            if (raw)
+                gv = gate_log_decay_kda_fast(gv, dtb, ea, p.lower_bound, p.sp_beta, p.sp_threshold);
             if (gv < G_FLOOR)
                 gv = G_FLOOR;
             acc += gv;
