@@ -11,7 +11,7 @@
 #           (names the binary does not know select nothing: "0 passed")
 # fla       bench/fla_kda_prefill.py: FLA's chunk_kda beside libgdn's, same inputs, graph and eager;
 #           accuracy of both vs float64 (needs .peers/fla carried: run(carry=[".peers/fla"]));
-#           FLA_ARGS adds options (--only SUBSTR, --skip-accuracy, --iters N)
+#           FLA_ARGS adds options (--only SUBSTR, --skip-accuracy)
 #
 # Builds the library and the test with CMake (-DGDN_CUDA=ON -DGDN_BENCH=ON) into build-device.
 set -u -o pipefail
@@ -77,7 +77,7 @@ for s in $steps; do
         t0=$(date +%s)
         # One warm-up per FLA key set (head count, gate form), in parallel unless FLA_WARM_SERIAL=1:
         # autotuning beside other processes can pick a slower config than it would alone.
-        for w in B2_T16384_H64_HV64_safe B1_T32768_H32_HV32_safe B1_T65536_H4_HV4_safe B2_T16384_H64_HV64_logsig; do
+        for w in B2_T16384_H64_safe B1_T32768_H32_safe B1_T65536_H4_safe B2_T16384_H64_g; do
             if [ "${FLA_WARM_SERIAL:-0}" = 1 ]; then
                 timeout "${FLA_WARM_TIMEOUT:-300}" python3 bench/fla_kda_prefill.py --warm $w >>"$OUT/fla.log" 2>&1
             else
