@@ -231,7 +231,7 @@ def test_float32_prefill_routed_to_the_recurrent_kernel(c_calls, monkeypatch):
     assert rel_err(o, want) < 1e-5 and rel_err(h, want_h) < 1e-5
 
 
-@pytest.mark.parametrize("gate", ["precomputed", "safe_gate", "softplus"])
+@pytest.mark.parametrize("gate", ["precomputed", "safe_gate", "softplus", "safe_gate_f16"])
 def test_chunk_kda_runs_on_the_chunk_kernel(c_calls, gen, gate):
     """chunk_kda with bf16 inputs runs on the CUDA chunk kernel (one gdn_chunk_fwd, no warning) as
     FLA's layers call it: GVA with HV = 3 H, varlen with an empty sequence, an initial state fed
@@ -250,14 +250,15 @@ def test_chunk_kda_runs_on_the_chunk_kernel(c_calls, gen, gate):
         g = F.logsigmoid(torch.randn(1, T, HVk, Kk, generator=gen))
         ref_g = g
     else:
-        # Raw gates in bf16: contiguous rows (16-byte loads) for the safe gate, a transposed view
-        # (element loads) for the softplus gate.
-        g = torch.randn(1, T, HVk, Kk, generator=gen).bfloat16()
+        # Raw gates in bf16 (f16): contiguous rows (staged with cp.async) for the safe gate, a
+        # transposed view (element loads) for the softplus gate.
+        g = torch.randn(1, T, HVk, Kk, generator=gen)
+        g = g.half() if gate == "safe_gate_f16" else g.bfloat16()
         A_log = torch.rand(HVk, generator=gen)
         dt_bias = torch.randn(HVk * Kk, generator=gen)
         kw.update(use_gate_in_kernel=True, A_log=A_log.cuda(), dt_bias=dt_bias.cuda())
         x = g.double() + dt_bias.double().view(HVk, Kk)
-        if gate == "safe_gate":
+        if gate.startswith("safe_gate"):
             kw.update(safe_gate=True, lower_bound=-5.0)
             ref_g = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * x)
         else:

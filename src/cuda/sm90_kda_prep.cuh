@@ -74,27 +74,60 @@ __device__ __forceinline__ void kda_load_gates(const E *base, int64_t off, int64
     }
 }
 
-/* The same for 16-bit gate inputs whose rows are contiguous and 16-byte aligned: 8 keys per load,
- * every load of a thread in flight together. */
-template <int K, typename E>
-__device__ __forceinline__ void kda_load_gates_rows(const E *base, int64_t off, int64_t st, int cl, int tid, float *Gs,
-                                                    int ld)
+/* 16-bit raw gate rows (contiguous, 16-byte aligned) staged with cp.async, in flight with Q and
+ * K: row r's K values go to the last K * 2 bytes of Gs row r, where kda_gate_rows converts them in
+ * place (KDA_STAGE16 bytes into the row). Rows past cl: zeros. */
+template <int K, int GLD> constexpr int kda_stage16() { return GLD * 4 - K * 2; }
+
+template <int K, int GLD, typename E>
+__device__ __forceinline__ void kda_stage_gates16(const E *base, int64_t off, int64_t st, int cl, int tid, float *Gs)
 {
-    constexpr int CH = K / 8, RP = 128 / CH, N = C / RP;
+    constexpr int CH = K / 8, RP = 128 / CH;
+    static_assert(kda_stage16<K, GLD>() % 16 == 0, "16-byte staging");
     const int ch = tid % CH, r0 = tid / CH;
-    uint4 x[N];
+    unsigned char *dst = reinterpret_cast<unsigned char *>(Gs) + kda_stage16<K, GLD>() + 16 * ch;
+#pragma unroll 4
+    for (int r = r0; r < C; r += RP)
+        cp_async16(dst + r * GLD * 4, r < cl ? base + off + r * st + 8 * ch : base, r < cl ? 16 : 0);
+    cp_async_commit();
+}
+
+/* The gate formula over the raw inputs in Gs, row by row: warp w takes rows w, w + 4, ..., lane l
+ * keys [l K / 32, (l + 1) K / 32). A warp reads its lanes' inputs of a row (f32 in place, or the
+ * staged 16-bit values, E) before it writes any f32 of that row, and no other warp touches the
+ * row, so the in-place conversion is safe. */
+template <int K, int GLD, typename E>
+__device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, int cl, int tid, float *Gs)
+{
+    constexpr int KPL = K / 32;
+    const int lane = tid & 31, warp = tid >> 5, d0 = KPL * lane;
+    float dtb[KPL];
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-        const int r = r0 + RP * i;
-        x[i] = r < cl ? *reinterpret_cast<const uint4 *>(base + off + r * st + 8 * ch) : make_uint4(0, 0, 0, 0);
-    }
+    for (int j = 0; j < KPL; ++j)
+        dtb[j] = p.dt_bias ? p.dt_bias[hv * p.dt_h + (d0 + j) * p.dt_r] : 0.f;
+    const float ea = expf(p.A_log[hv]);
+#pragma unroll 4
+    for (int r = warp; r < cl; r += 4) {
+        float *row = Gs + r * GLD;
+        float x[KPL];
+        if constexpr (sizeof(E) == 2) {
+            const uint32_t *src = reinterpret_cast<const uint32_t *>(reinterpret_cast<const unsigned char *>(row) +
+                                                                     kda_stage16<K, GLD>()) + KPL / 2 * lane;
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-        const float2 f0 = Mma16<E>::unpack(x[i].x), f1 = Mma16<E>::unpack(x[i].y);
-        const float2 f2 = Mma16<E>::unpack(x[i].z), f3 = Mma16<E>::unpack(x[i].w);
-        float *dst = Gs + (r0 + RP * i) * ld + 8 * ch;
-        *reinterpret_cast<float4 *>(dst) = make_float4(f0.x, f0.y, f1.x, f1.y);
-        *reinterpret_cast<float4 *>(dst + 4) = make_float4(f2.x, f2.y, f3.x, f3.y);
+            for (int j = 0; j < KPL / 2; ++j) {
+                const float2 f = Mma16<E>::unpack(src[j]);
+                x[2 * j] = f.x;
+                x[2 * j + 1] = f.y;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < KPL; ++j)
+                x[j] = row[d0 + j];
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < KPL; ++j)
+            row[d0 + j] = gate_log_decay_kda_fast(x[j], dtb[j], ea, p.lower_bound, p.sp_beta, p.sp_threshold);
     }
 }
 
@@ -122,12 +155,14 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
      * stays finite); padding tokens decay 0. f32 gates in 16-byte aligned rows come with cp.async,
      * in flight together with Q and K; other gate inputs through registers. The loops stay
      * rolled: unrolled, the gate formula's code would not fit the instruction cache. */
-    /* Gate inputs into Gs: f32 rows (g, or a raw f32 a) of 16-byte aligned keys with cp.async, in
-     * flight together with Q and K; 16-bit rows as 16-byte loads; other views element by element. */
+    /* Gate inputs into Gs: rows of 16-byte aligned keys with cp.async, in flight together with Q
+     * and K (f32 in place, 16-bit staged at the end of each row); other views element by element.
+     * Raw inputs then pass the gate formula (kda_gate_rows). */
     const float *g32 = p.g ? p.g : (p.a_dtype == GDN_DTYPE_F32 ? static_cast<const float *>(p.a) : nullptr);
     const int64_t gs_b = p.g ? p.g_b : p.a_b, gs_t = p.g ? p.g_t : p.a_t, gs_h = p.g ? p.g_h : p.a_h;
     const int64_t gs_r = p.g ? p.g_r : p.a_r, goff = it.sq.row * gs_b + it.t0 * gs_t + hv * gs_h;
     const bool rows16 = gs_r == 1 && (reinterpret_cast<uintptr_t>(p.g ? p.g : p.a) & 15) == 0;
+    bool staged16 = false; /* 16-bit raw gates staged in Gs rows (kda_stage_gates16) */
     if (g32 && rows16 && ((gs_b | gs_t | gs_h) & 3) == 0) {
         constexpr int GC4 = K / 4, GRP = 128 / GC4;
         const int ch = tid % GC4, r0 = tid / GC4;
@@ -138,18 +173,16 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         cp_async_commit();
     } else if (g32) {
         kda_load_gates(g32, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
+    } else if (rows16 && ((gs_b | gs_t | gs_h) & 7) == 0) {
+        if (p.a_dtype == GDN_DTYPE_BF16)
+            kda_stage_gates16<K, GLD>(static_cast<const __nv_bfloat16 *>(p.a), goff, gs_t, it.cl, tid, Gs);
+        else
+            kda_stage_gates16<K, GLD>(static_cast<const __half *>(p.a), goff, gs_t, it.cl, tid, Gs);
+        staged16 = true;
     } else if (p.a_dtype == GDN_DTYPE_BF16) {
-        const __nv_bfloat16 *a16 = static_cast<const __nv_bfloat16 *>(p.a);
-        if (rows16 && ((gs_b | gs_t | gs_h) & 7) == 0)
-            kda_load_gates_rows<K>(a16, goff, gs_t, it.cl, tid, Gs, GLD);
-        else
-            kda_load_gates(a16, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
+        kda_load_gates(static_cast<const __nv_bfloat16 *>(p.a), goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
     } else {
-        const __half *a16 = static_cast<const __half *>(p.a);
-        if (rows16 && ((gs_b | gs_t | gs_h) & 7) == 0)
-            kda_load_gates_rows<K>(a16, goff, gs_t, it.cl, tid, Gs, GLD);
-        else
-            kda_load_gates(a16, goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
+        kda_load_gates(static_cast<const __half *>(p.a), goff, gs_t, gs_r, it.cl, K, tid, Gs, GLD);
     }
     if (tid < C) {
         float bv = 0.f;
@@ -162,19 +195,22 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     }
     cp_async_wait<0>();
     __syncthreads();
+    if (!p.g) {
+        if (staged16 && p.a_dtype == GDN_DTYPE_BF16)
+            kda_gate_rows<K, GLD, __nv_bfloat16>(p, hv, it.cl, tid, Gs);
+        else if (staged16)
+            kda_gate_rows<K, GLD, __half>(p, hv, it.cl, tid, Gs);
+        else
+            kda_gate_rows<K, GLD, float>(p, hv, it.cl, tid, Gs);
+        __syncthreads();
+    }
     if (tid < K) {
-        /* Key d's gates (raw inputs: the formula, evaluated for several tokens at once; only the
-         * sum is serial) and their running sum over the chunk, in place. */
+        /* Key d's running sum over the chunk, in place. */
         const int d = tid;
-        const bool raw = !p.g;
-        const float dtb = raw && p.dt_bias ? p.dt_bias[hv * p.dt_h + d * p.dt_r] : 0.f;
-        const float ea = raw ? expf(p.A_log[hv]) : 0.f;
         float acc = 0.f;
 #pragma unroll 8
         for (int r = 0; r < it.cl; ++r) {
             float gv = Gs[r * GLD + d];
-            if (raw)
-                gv = gate_log_decay_kda_fast(gv, dtb, ea, p.lower_bound, p.sp_beta, p.sp_threshold);
             if (gv < G_FLOOR)
                 gv = G_FLOOR;
             acc += gv;
