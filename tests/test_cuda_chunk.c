@@ -792,6 +792,26 @@ static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
     return st;
 }
 
+/* tu_pool_run's chunk specs (state pool, has_initial_state, null slots, checkpoints) with the
+ * gates of `kind`, H = 2, HV = 4, K = V = 64; cfg returns the configuration for further cases. */
+static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, tu_case_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->dtype = GDN_DTYPE_BF16;
+    cfg->l2norm = 1;
+    cfg->kind = kind;
+    cfg->H = 2;
+    cfg->HV = 4;
+    cfg->K = 64;
+    cfg->V = 64;
+    for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
+        tu_pool_spec s;
+        tu_chunk_pool_specs(v, &s);
+        s.run_chunk = run_chunk_cuda;
+        tu_pool_run(&s, cfg, seed + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
+    }
+}
+
 static int test_pool(void)
 {
     if (tu_cuda_device_count() == 0) {
@@ -799,19 +819,7 @@ static int test_pool(void)
         return TU_SKIP;
     }
     tu_case_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.dtype = GDN_DTYPE_BF16;
-    cfg.l2norm = 1;
-    cfg.H = 2;
-    cfg.HV = 4;
-    cfg.K = 64;
-    cfg.V = 64;
-    for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
-        tu_pool_spec s;
-        tu_chunk_pool_specs(v, &s);
-        s.run_chunk = run_chunk_cuda;
-        tu_pool_run(&s, &cfg, 9100 + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
-    }
+    run_pool_specs(GDN_GATE_GDN, 9100, &cfg);
     /* One sequence of 2048 tokens on 2 value heads: 8 context-parallel segments of 4 chunks;
      * checkpoints every 128 tokens (two per segment) for the 8 columns of the first 1024 tokens, one
      * skipped; the later ones have no column. */
@@ -995,20 +1003,7 @@ static int test_kda_pool(void)
         return TU_SKIP;
     }
     tu_case_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.dtype = GDN_DTYPE_BF16;
-    cfg.l2norm = 1;
-    cfg.kind = GDN_GATE_KDA;
-    cfg.H = 2;
-    cfg.HV = 4;
-    cfg.K = 64;
-    cfg.V = 64;
-    for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
-        tu_pool_spec s;
-        tu_chunk_pool_specs(v, &s);
-        s.run_chunk = run_chunk_cuda;
-        tu_pool_run(&s, &cfg, 9300 + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
-    }
+    run_pool_specs(GDN_GATE_KDA, 9300, &cfg);
     return TU_PASS;
 }
 
