@@ -16,9 +16,9 @@
  *     of the blocks left of the diagonal are <= 1: safe for any gate. The diagonal block also
  *     needs j > a, where 2^(Gam_a - Gam_j) grows with the decay over the block; so a moves to
  *     the block's middle token 16 w + 8 and the diagonal block runs on tensor cores when the
- *     decay over either half is at most 2^SPAN_MAX in every key (FLA's lower_bound of -5 gives
- *     at most e^40 = 2^58; kda_span_max), and otherwise on CUDA cores, each term
- *     2^(Gam_i - Gam_j) with i >= j, any gate.
+ *     decay over either half is at most 2^kda_span_max() in every key (FLA's lower_bound of -5
+ *     gives at most e^40 = 2^58), and otherwise on CUDA cores, each term 2^(Gam_i - Gam_j) with
+ *     i >= j, any gate.
  *   - A, Pm and T = (I + A)^-1 as chunk_prep (mask_rows without decay, prep_inverse_tb).
  */
 #ifndef GDN_SM90_KDA_PREP_CUH
@@ -51,8 +51,9 @@ template <typename T> __device__ __forceinline__ uint32_t scale_pair(uint32_t x,
     return Mma16<T>::pack(f.x * fast_exp2(e0), f.y * fast_exp2(e1));
 }
 
-/* The chunk's raw gate inputs (cl tokens x K keys, from base + off) into Gs as f32, row pitch
- * ld: the 128 threads along the keys, all loads of a thread issued before their stores. */
+/* The chunk's gate inputs from any view (cl tokens x K keys, from base + off) into Gs as f32,
+ * row pitch ld: the 128 threads along the keys, 32 loads of a thread in flight before their
+ * stores. */
 template <typename E>
 __device__ __forceinline__ void kda_load_gates(const E *base, int64_t off, int64_t st, int64_t sr, int cl, int K, int tid,
                                                float *Gs, int ld)
@@ -75,8 +76,8 @@ __device__ __forceinline__ void kda_load_gates(const E *base, int64_t off, int64
 }
 
 /* 16-bit raw gate rows (contiguous, 16-byte aligned) staged with cp.async, in flight with Q and
- * K: row r's K values go to the last K * 2 bytes of Gs row r, where kda_gate_rows converts them in
- * place (KDA_STAGE16 bytes into the row). Rows past cl: zeros. */
+ * K: row r's K values go to the last K * 2 bytes of Gs row r (kda_stage16 bytes into it), where
+ * kda_gate_rows converts them in place. Rows past cl: zeros. */
 template <int K, int GLD> constexpr int kda_stage16() { return GLD * 4 - K * 2; }
 
 template <int K, int GLD, typename E>
