@@ -117,17 +117,14 @@ __device__ __forceinline__ void row_factors(const float *gh, const float *bh, co
     }
 }
 
-/* DECAY = false (KDA): the decays are inside kk and qk already; gh is not read. */
+/* DECAY = false (KDA): the decays are inside kk and qk already; gh's values go unused. */
 template <bool WITH_A, int LD, typename T, bool DECAY = true>
 __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (&qk)[8][4], const float *gh,
                                           const float *bh, const float *rk, const float (&rqr)[2], float *As,
                                           uint32_t *pm_out, int pm_row8, int warp, int g, int t)
 {
-    float gr[2] = {0.f, 0.f}, br[2];
-    if (DECAY)
-        row_factors<WITH_A>(gh, bh, rk, warp, g, gr, br);
-    else
-        row_factors<WITH_A>(bh, bh, rk, warp, g, gr, br);
+    float gr[2], br[2];
+    row_factors<WITH_A>(gh, bh, rk, warp, g, gr, br);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
         if (nt >= 2 * (warp + 1)) /* past block row warp's diagonal block: never read */
