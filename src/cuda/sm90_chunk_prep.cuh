@@ -315,11 +315,11 @@ __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const Pre
     }
 }
 
-/* T = (I + A)^-1 of one head and Tb = T diag(beta) into the record (tb_out), once the unit's warps
- * wrote rows 16 w .. 16 w + 15 of A (As; each warp its own, so a warp barrier orders them for
- * the diagonal blocks). Ts receives T; bh is the head's beta. Shared by chunk_prep and kda_prep. */
-template <int LD, typename T>
-__device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, const float *bh, T *tb_out, int tid, int bar)
+/* T = (I + A)^-1 of one head into Ts (f32, row pitch LD), once the unit's warps wrote rows
+ * 16 w .. 16 w + 15 of A (As; each warp its own, so a warp barrier orders them for the diagonal
+ * blocks). Ends with the unit's barrier. Shared by chunk_prep, kda_prep and bwd_prep. */
+template <int LD>
+__device__ __forceinline__ void prep_inverse(const float *As, float *Ts, int tid, int bar)
 {
     const int lane = tid & 31, warp = tid >> 5;
     __syncwarp(); /* warp w wrote rows 16 w .. 16 w + 15 of A, all its diagonal block needs */
@@ -364,6 +364,13 @@ __device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, cons
     else
         inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
     unit_sync(bar);
+}
+
+/* prep_inverse, then Tb = T diag(beta) into the record (tb_out); bh is the head's beta. */
+template <int LD, typename T>
+__device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, const float *bh, T *tb_out, int tid, int bar)
+{
+    prep_inverse<LD>(As, Ts, tid, bar);
 
     /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
      * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads

@@ -1,0 +1,937 @@
+/*
+ * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates), mma.sync on 16-bit tiles
+ * (sm90_mma_tiles.cuh), f32 accumulators. Notation and equations: dev/backward/README.md, section
+ * 1. Per chunk and value head, with Gam the chunk-local cumsum of the (floored) log decays,
+ * gam = exp(Gam), gu = exp(Gam_C - Gam), rk / rq the norm factors and T = (I + A)^-1:
+ *
+ *   forward:   X = V - diag(ck) K S     Vn = T diag(beta) X     S' = gC S + K^T diag(cu) Vn
+ *   reverse:   dVn = Pm^T dO + diag(cu) K dS'     dU = T^T dVn     dX = diag(beta) dU (= dv)
+ *              dS = gC dS' + Q^T diag(cq) dO - K^T diag(ck) dX
+ *
+ * (ck = rk gam, cq = scale rq gam, cu = rk gu). The passes (one stream; no atomics, fixed orders):
+ *   bwd_prep   per (chunk slot, value head): gates, cumsum, norms, K K^T, Q K^T, T (prep_inverse),
+ *              Pm; the record (BwdRec) to the workspace.
+ *   bwd_chain  per (sequence, value head, 64 value columns), in two roles of one grid: the forward
+ *              chain stores S entering every chunk; the reverse chain stores dS' leaving every chunk,
+ *              writes dv and dh0. Both are independent given the records, so they run side by side.
+ *   bwd_grad   per (chunk slot, value head): everything else of the chunk from S, dS' and the
+ *              record: dq and dk in the normalised space (per value head, f32, to the workspace),
+ *              dg or da, dbeta, the gate-parameter partials.
+ *   bwd_qk     per (chunk slot, key head): the sum over the group's value heads, the L2-norm
+ *              backward, dq and dk.
+ *   bwd_gate   per value head: dA_log and ddt_bias from the partials, in slot order.
+ */
+#ifndef GDN_SM90_CHUNK_BWD_CUH
+#define GDN_SM90_CHUNK_BWD_CUH
+
+#include "sm90_chunk_common.cuh"
+#include "sm90_chunk_prep.cuh"
+#include "sm90_mma_tiles.cuh"
+
+namespace gdn_bwd {
+
+using namespace gdn_tiles;
+using gdn_chunk::C;
+using gdn_chunk::G_FLOOR;
+
+struct BwdParams {
+    int64_t T, N, H, HV, G, V;
+    int64_t cps;              /* chunks per sequence without cu_seqlens */
+    int64_t slots;            /* chunk slots per value head (the forward's map) */
+    const int32_t *cu;        /* [N + 1] or NULL */
+    gdn_view q, k, v, d_o;    /* s = {b, t, h, d} */
+    gdn_view g, a, beta;      /* s = {b, t, hv} */
+    const float *A_log;
+    const float *dt_bias;
+    int64_t dt_h;
+    float sp_beta, sp_threshold;
+    int beta_from_logits, allow_neg_eigval;
+    float scale;
+    int l2norm;
+    gdn_dtype state_dtype;
+    gdn_view h0, dht, dh0;    /* s = {n, hv, k, v}; may be absent */
+    gdn_view dq, dk, dv;
+    gdn_view dg, da, dbeta;
+    gdn_view dA_log, ddt_bias;
+    /* Workspace, [HV][slots] of each. */
+    unsigned char *rec;       /* BwdRec */
+    void *S;                  /* [K][V] 16-bit: the state entering the chunk */
+    void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
+    float *dqn, *dkn;         /* [C][K]: dq, dk of one value head in the normalised space */
+    float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
+};
+
+/* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
+ * the per-token rows below (f32). Rows past the end of a sequence hold g = 0, beta = 0, k = q = 0. */
+enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };
+constexpr int REC_BYTES = 2 * C * C * 2 + R_COUNT * C * 4;
+static_assert(REC_BYTES % 16 == 0, "record: whole 16-byte copies");
+
+/* Chunk slot -> sequence, chunk, first token, live rows (cl = 0: a padding slot). */
+struct Loc {
+    int64_t n, row, t0;
+    int c, cl;
+};
+
+__device__ __forceinline__ int64_t clamp_tok(const BwdParams &p, int32_t x)
+{
+    return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
+}
+
+/* Sequence n: batch row, first token, length, first slot (as the forward's sequence()). */
+__device__ __forceinline__ void seq_info(const BwdParams &p, int64_t n, int64_t &row, int64_t &bos, int64_t &len,
+                                         int64_t &slot0)
+{
+    if (p.cu) {
+        const int64_t a = clamp_tok(p, p.cu[n]), b = clamp_tok(p, p.cu[n + 1]);
+        row = 0;
+        bos = a;
+        len = b > a ? b - a : 0;
+        slot0 = a / C + n;
+    } else {
+        row = n;
+        bos = 0;
+        len = p.T;
+        slot0 = n * p.cps;
+    }
+}
+
+__device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
+{
+    int64_t n;
+    if (p.cu) {
+        /* The first slots of the sequences increase strictly: the last one at or before slot. */
+        int64_t lo = 0, hi = p.N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (clamp_tok(p, p.cu[mid]) / C + mid <= slot)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        n = lo;
+    } else {
+        n = slot / p.cps;
+    }
+    Loc l;
+    int64_t bos, len, slot0;
+    seq_info(p, n, l.row, bos, len, slot0);
+    l.n = n;
+    l.c = (int)(slot - slot0);
+    const int64_t rest = len - (int64_t)l.c * C;
+    l.cl = rest <= 0 ? 0 : (rest < C ? (int)rest : C);
+    l.t0 = bos + (int64_t)l.c * C;
+    return l;
+}
+
+__device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv, int64_t slot)
+{
+    return p.rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
+}
+
+/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), all threads. */
+template <typename T, int D, int LD>
+__device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row, int64_t t0, int64_t head, int cl,
+                                          int d0, int tid, int nthr)
+{
+    const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
+    for (int idx = tid; idx < C * D / 8; idx += nthr) {
+        const int r = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < cl) {
+            const T *src = base + r * x.s[1] + c8 * x.s[3];
+            if (x.s[3] == 1 && ((uintptr_t)src & 15) == 0) {
+                w = *reinterpret_cast<const uint4 *>(src);
+            } else {
+                T e[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    e[j] = src[j * x.s[3]];
+                w = *reinterpret_cast<const uint4 *>(e);
+            }
+        }
+        *reinterpret_cast<uint4 *>(dst + r * LD + c8) = w;
+    }
+}
+
+/* Columns c0 .. c0 + W of a contiguous [R][SRC_COLS] 16-bit matrix into a [R][LD] tile. */
+template <int R, int W, int SRC_COLS, int LD, typename T>
+__device__ __forceinline__ void load_mat(T *dst, const T *src, int c0, int tid, int nthr)
+{
+    for (int idx = tid; idx < R * W / 8; idx += nthr) {
+        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
+        *reinterpret_cast<uint4 *>(dst + r * LD + c8) = *reinterpret_cast<const uint4 *>(src + r * SRC_COLS + c0 + c8);
+    }
+}
+
+/* The reverse: a [R][LD] tile to columns 0 .. W of a matrix with row pitch dst_cols. */
+template <int R, int W, int LD, typename T>
+__device__ __forceinline__ void store_mat(T *dst, int64_t dst_cols, const T *src, int tid, int nthr)
+{
+    for (int idx = tid; idx < R * W / 8; idx += nthr) {
+        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
+        *reinterpret_cast<uint4 *>(dst + r * dst_cols + c8) = *reinterpret_cast<const uint4 *>(src + r * LD + c8);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bwd_prep                                                                                    */
+
+template <typename T, int K> struct PrepBwdSmem {
+    static constexpr int LDK = Pitch<K>::LD;
+    static constexpr int LDF = C + 4; /* prep_inverse's f32 pitch */
+    static constexpr int BYTES = 2 * C * LDK * 2 + 2 * C * LDF * 4 + 4 * C * 4;
+};
+
+template <typename T, int K>
+__global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
+{
+    using S = PrepBwdSmem<T, K>;
+    constexpr int LDK = S::LDK, LDF = S::LDF;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t hv = blockIdx.x % p.HV, slot = blockIdx.x / p.HV;
+    const Loc L = locate(p, slot);
+    if (L.cl == 0)
+        return;
+    const int64_t h = hv / p.G;
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *Ks = Qs + C * LDK;
+    float *As = reinterpret_cast<float *>(Ks + C * LDK);
+    float *Ts = As + C * LDF;
+    float *glog = Ts + C * LDF, *bet = glog + C, *rk = bet + C, *rq = rk + C;
+
+    load_tile<T, K, LDK>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid, 128);
+    load_tile<T, K, LDK>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid, 128);
+    unsigned char *rec = rec_of(p, hv, slot);
+    float *rows = reinterpret_cast<float *>(rec + 2 * C * C * 2);
+    if (tid < C) {
+        float gv = 0.f, bv = 0.f, live = 1.f;
+        if (tid < L.cl) {
+            const int64_t tok = L.t0 + tid;
+            if (p.g.data) {
+                gv = static_cast<const float *>(p.g.data)[L.row * p.g.s[0] + tok * p.g.s[1] + hv * p.g.s[2]];
+            } else {
+                const float a = load_elem(p.a.data, p.a.dtype, L.row * p.a.s[0] + tok * p.a.s[1] + hv * p.a.s[2]);
+                gv = gate_log_decay(a, p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f, p.A_log[hv], p.sp_beta,
+                                    p.sp_threshold);
+            }
+            /* The forward's floor (chunk_prep): below it the decay is a reset, and its derivative is 0. */
+            if (gv < G_FLOOR) {
+                gv = G_FLOOR;
+                live = 0.f;
+            }
+            bv = load_elem(p.beta.data, p.beta.dtype, L.row * p.beta.s[0] + tok * p.beta.s[1] + hv * p.beta.s[2]);
+            if (p.beta_from_logits)
+                bv = gate_beta(bv, p.allow_neg_eigval);
+        }
+        glog[tid] = gv;
+        bet[tid] = bv;
+        rows[R_LIVE * C + tid] = live;
+        rows[R_BETA * C + tid] = bv;
+    }
+    __syncthreads();
+    /* Norm factors, a warp per row; the cumsum by warp 0 after. */
+    for (int r = warp; r < C; r += 4) {
+        float sq = 0.f, sk = 0.f;
+        for (int d = lane; d < K; d += 32) {
+            const float qv = gdn_to_f32(Qs[r * LDK + d]), kv = gdn_to_f32(Ks[r * LDK + d]);
+            sq += qv * qv;
+            sk += kv * kv;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            sq += __shfl_xor_sync(0xffffffffu, sq, off);
+            sk += __shfl_xor_sync(0xffffffffu, sk, off);
+        }
+        if (lane == 0) {
+            rq[r] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+            rk[r] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+        }
+    }
+    if (warp == 0) {
+        const float g0 = glog[2 * lane], g1 = glog[2 * lane + 1];
+        float s = g0 + g1;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float u = __shfl_up_sync(0xffffffffu, s, off);
+            if (lane >= off)
+                s += u;
+        }
+        __syncwarp();
+        glog[2 * lane] = s - g1;
+        glog[2 * lane + 1] = s;
+    }
+    __syncthreads();
+    if (tid < C) {
+        const float G_i = glog[tid], G_c = glog[C - 1];
+        const float gam = expf(G_i), gu = expf(G_c - G_i);
+        rows[R_CK * C + tid] = rk[tid] * gam;
+        rows[R_CQ * C + tid] = p.scale * rq[tid] * gam;
+        rows[R_CU * C + tid] = rk[tid] * gu;
+        rows[R_GAM * C + tid] = gam;
+        rows[R_RK * C + tid] = rk[tid];
+        rows[R_RQ * C + tid] = rq[tid];
+        rows[R_GLOG * C + tid] = G_i;
+        rows[R_GU * C + tid] = gu;
+        rows[R_GC * C + tid] = expf(G_c);
+    }
+
+    /* A (strictly lower) and Pm (lower, with the diagonal) from K K^T and Q K^T, warp w rows 16 w... */
+    float kk[8][4], qk[8][4];
+    zero_acc(kk);
+    zero_acc(qk);
+    warp_mm<T, 8, K, false, true, LDK, LDK>(kk, Ks, 16 * warp, Ks, 0, lane);
+    warp_mm<T, 8, K, false, true, LDK, LDK>(qk, Qs, 16 * warp, Ks, 0, lane);
+    T *pm = reinterpret_cast<T *>(rec) + C * C;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int i = 16 * warp + g + 8 * hr, j = 8 * nt + 2 * t;
+            float av[2], pv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int jj = j + e;
+                const float D = jj <= i ? expf(glog[i] - glog[jj]) : 0.f;
+                av[e] = jj < i ? bet[i] * rk[i] * rk[jj] * kk[nt][2 * hr + e] * D : 0.f;
+                pv[e] = p.scale * rq[i] * rk[jj] * qk[nt][2 * hr + e] * D;
+            }
+            *reinterpret_cast<float2 *>(As + i * LDF + j) = make_float2(av[0], av[1]);
+            *reinterpret_cast<uint32_t *>(pm + i * C + j) = Mma16<T>::pack(pv[0], pv[1]);
+        }
+    gdn_chunk::prep_inverse<LDF>(As, Ts, tid, 0);
+    T *tm = reinterpret_cast<T *>(rec);
+    for (int idx = tid; idx < C * C / 2; idx += 128) {
+        const int i = idx / (C / 2), j = 2 * (idx % (C / 2));
+        *reinterpret_cast<uint32_t *>(tm + i * C + j) =
+            Mma16<T>::pack(j <= i ? Ts[i * LDF + j] : 0.f, j + 1 <= i ? Ts[i * LDF + j + 1] : 0.f);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bwd_chain                                                                                   */
+
+template <typename T, int K> struct ChainSmem {
+    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD;
+    /* Ks, Qs [C][LDK]; Xs (v or dO columns), Tm, Pm, W, U, O2 [C][LD64]; Sb [K][LD64]; rows. */
+    static constexpr int BYTES = (2 * C * LDK + 6 * C * LD64 + K * LD64) * 2 + R_COUNT * C * 4;
+};
+
+/* The state slice of warp w: rows (K / 4) w .. (K / 4) (w + 1), as MT m16 tiles by 64 columns. */
+template <int K>
+__device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
+{
+    return n * s.s[0] + hv * s.s[1] + r * s.s[2] + col * s.s[3];
+}
+
+template <typename T, int K>
+__global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
+{
+    using SM = ChainSmem<T, K>;
+    constexpr int LDK = SM::LDK, LD64 = SM::LD64, MT = K / 64;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t vblocks = p.V / 64;
+    const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
+    const bool rev = blockIdx.y != 0;
+    const int v0 = (int)vb * 64;
+    const int64_t h = hv / p.G;
+    int64_t row, bos, len, slot0;
+    seq_info(p, n, row, bos, len, slot0);
+    const int64_t nc = (len + C - 1) / C;
+
+    T *Ks = reinterpret_cast<T *>(smem);
+    T *Qs = Ks + C * LDK;
+    T *Xs = Qs + C * LDK;
+    T *Tm = Xs + C * LD64;
+    T *Pm = Tm + C * LD64;
+    T *W = Pm + C * LD64;
+    T *U = W + C * LD64;
+    T *O2 = U + C * LD64;
+    T *Sb = O2 + C * LD64;
+    float *rows = reinterpret_cast<float *>(Sb + K * LD64);
+
+    /* The running state (or its gradient) slice, f32 in registers. */
+    float st[MT][8][4];
+    const gdn_view &init = rev ? p.dht : p.h0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
+                st[mt][nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off<K>(init, n, hv, r, col)) : 0.f;
+            }
+
+    T *ws_tiles = static_cast<T *>(rev ? p.dS : p.S);
+    const int64_t tiles = rev ? 2 : 1; /* dS' keeps its rounding error as a second tile (bwd_grad) */
+    for (int64_t step = 0; step < nc; ++step) {
+        const int64_t c = rev ? nc - 1 - step : step;
+        const int64_t slot = slot0 + c;
+        const int cl = (int)gdn_chunk::min64(C, len - c * C);
+        /* The state (rounded to the operands' type) to Sb and to the workspace. */
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            store_acc<T, 8, LD64>(Sb, st[mt], (K / 4) * warp + 16 * mt, lane, 1.f, 1.f);
+        __syncthreads();
+        T *dst = ws_tiles + ((size_t)hv * p.slots + slot) * tiles * K * p.V + v0;
+        store_mat<K, 64, LD64>(dst, p.V, Sb, tid, 128);
+        if (rev) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int r = (K / 4) * warp + 16 * mt + g + 8 * hr, col = 8 * nt + 2 * t;
+                        const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Sb + r * LD64 + col));
+                        *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) =
+                            Mma16<T>::pack(st[mt][nt][2 * hr] - hi.x, st[mt][nt][2 * hr + 1] - hi.y);
+                    }
+        }
+        if (!rev && step == nc - 1)
+            break; /* the final state is not needed */
+        /* Cross-thread writes of the store_mat reads end before the tile loads below overwrite
+         * nothing they read (Sb stays); the tiles come next. */
+        const unsigned char *rec = rec_of(p, hv, slot);
+        load_tile<T, K, LDK>(Ks, p.k, row, bos + c * C, h, cl, 0, tid, 128);
+        load_tile<T, 64, LD64>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid, 128);
+        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
+        if (rev) {
+            load_tile<T, K, LDK>(Qs, p.q, row, bos + c * C, h, cl, 0, tid, 128);
+            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
+        }
+        for (int idx = tid; idx < R_COUNT * C / 4; idx += 128)
+            reinterpret_cast<float4 *>(rows)[idx] = reinterpret_cast<const float4 *>(rec + 2 * C * C * 2)[idx];
+        __syncthreads();
+        const int i0 = 16 * warp + g, i1 = i0 + 8;
+        const float gC = rows[R_GC * C];
+        float acc[8][4];
+        zero_acc(acc);
+        /* Y = K S (forward) or Z = K dS' (reverse). */
+        warp_mm<T, 8, K, false, false, LDK, LD64>(acc, Ks, 16 * warp, Sb, 0, lane);
+        if (!rev) {
+            /* W = beta (V - ck Y) */
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, col = 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] = rows[R_BETA * C + i] *
+                                 (gdn_to_f32(Xs[i * LD64 + col]) - rows[R_CK * C + i] * acc[nt][e]);
+                }
+            store_acc<T, 8, LD64>(W, acc, 16 * warp, lane, 1.f, 1.f);
+            __syncthreads();
+            zero_acc(acc);
+            warp_mm<T, 8, C, false, false, LD64, LD64>(acc, Tm, 16 * warp, W, 0, lane); /* Vn = T W */
+            store_acc<T, 8, LD64>(U, acc, 16 * warp, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+            __syncthreads();
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        st[mt][nt][e] *= gC;
+                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
+            }
+        } else {
+            /* dVn = cu Z + Pm^T dO */
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                acc[nt][0] *= rows[R_CU * C + i0];
+                acc[nt][1] *= rows[R_CU * C + i0];
+                acc[nt][2] *= rows[R_CU * C + i1];
+                acc[nt][3] *= rows[R_CU * C + i1];
+            }
+            warp_mm<T, 8, C, true, false, LD64, LD64>(acc, Pm, 16 * warp, Xs, 0, lane);
+            store_acc<T, 8, LD64>(W, acc, 16 * warp, lane, 1.f, 1.f);
+            __syncthreads();
+            zero_acc(acc);
+            warp_mm<T, 8, C, true, false, LD64, LD64>(acc, Tm, 16 * warp, W, 0, lane); /* dU = T^T dVn */
+            /* dv = dX = beta dU (live rows); U = -ck dX; O2 = cq dO. */
+            const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
+            T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, col = v0 + 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] *= e < 2 ? b0 : b1;
+                    if (i < cl)
+                        dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
+                }
+            store_acc<T, 8, LD64>(U, acc, 16 * warp, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+            for (int idx = lane; idx < 16 * 64; idx += 32) {
+                const int i = 16 * warp + idx / 64, col = idx % 64;
+                O2[i * LD64 + col] = gdn_from_f32<T>(rows[R_CQ * C + i] * gdn_to_f32(Xs[i * LD64 + col]));
+            }
+            __syncthreads();
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        st[mt][nt][e] *= gC;
+                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Qs, (K / 4) * warp + 16 * mt, O2, 0, lane);
+                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
+            }
+        }
+        __syncthreads(); /* the tiles and Sb are rewritten next step */
+    }
+    if (rev && p.dh0.data) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
+                    store_elem(p.dh0.data, p.state_dtype, state_off<K>(p.dh0, n, hv, r, col), st[mt][nt][e]);
+                }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bwd_grad                                                                                    */
+
+template <typename T, int K, int V> struct GradSmem {
+    static constexpr int LDK = Pitch<K>::LD, LDV = Pitch<V>::LD, LD64 = Pitch<64>::LD;
+    /* Qs, Ks [C][LDK]; dOs, Wb, Vnb [C][LDV]; Ss, dSs [K][LDV]; Tm, Pm [C][LD64]; then one region
+     * holding in turn dS' lo [K][LDV], dVn lo [C][LDV], Ek and F2 [C][LD64]; f32: rows, column
+     * partials [4][C], row results [3][C], reduction [8]. */
+    static constexpr int LO = K * LDV > 2 * C * LD64 ? K * LDV : 2 * C * LD64;
+    static constexpr int HALF = 2 * C * LDK + 3 * C * LDV + 2 * K * LDV + 2 * C * LD64 + LO;
+    static constexpr int BYTES = HALF * 2 + (R_COUNT * C + 4 * C + 3 * C + 8) * 4;
+};
+
+template <typename T, int K, int V>
+__global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
+{
+    using SM = GradSmem<T, K, V>;
+    constexpr int LDK = SM::LDK, LDV = SM::LDV, LD64 = SM::LD64, NV = V / 8, NK = K / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t hv = blockIdx.x % p.HV, slot = blockIdx.x / p.HV;
+    const Loc L = locate(p, slot);
+    float2 *gpart = p.gpart + hv * p.slots + slot;
+    if (L.cl == 0) {
+        if (tid == 0)
+            *gpart = make_float2(0.f, 0.f);
+        return;
+    }
+    const int64_t h = hv / p.G;
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *Ks = Qs + C * LDK;
+    T *dOs = Ks + C * LDK;
+    T *Wb = dOs + C * LDV;
+    T *Vnb = Wb + C * LDV;
+    T *Ss = Vnb + C * LDV;
+    T *dSs = Ss + K * LDV;
+    T *Tm = dSs + K * LDV;
+    T *Pm = Tm + C * LD64;
+    T *Lo = Pm + C * LD64; /* dS' lo, then dVn lo, then Ek and F2 */
+    T *Ek = Lo;
+    T *F2 = Lo + C * LD64;
+    float *rows = reinterpret_cast<float *>(Lo + SM::LO);
+    float *colp = rows + R_COUNT * C; /* [4][C] */
+    float *rres = colp + 4 * C;       /* [3][C]: dGam row terms, dbeta, S'-term of dGam_C */
+    float *red = rres + 3 * C;
+
+    const unsigned char *rec = rec_of(p, hv, slot);
+    const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
+    const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
+    load_tile<T, K, LDK>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid, 128);
+    load_tile<T, K, LDK>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid, 128);
+    load_tile<T, V, LDV>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid, 128);
+    load_tile<T, V, LDV>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid, 128);
+    load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, 128);
+    load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, 128);
+    load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, 128);
+    load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
+    load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
+    for (int idx = tid; idx < R_COUNT * C / 4; idx += 128)
+        reinterpret_cast<float4 *>(rows)[idx] = reinterpret_cast<const float4 *>(rec + 2 * C * C * 2)[idx];
+    __syncthreads();
+
+    const int m0 = 16 * warp, i0 = m0 + g, i1 = i0 + 8;
+    const float *ck = rows + R_CK * C, *cu = rows + R_CU * C, *gam = rows + R_GAM * C, *bet = rows + R_BETA * C;
+    const float *rk = rows + R_RK * C, *rq = rows + R_RQ * C, *glog = rows + R_GLOG * C, *gu = rows + R_GU * C;
+    const float gC = rows[R_GC * C];
+    float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
+
+    /* X = V - ck (K S), kept in registers; W = beta X over V in Wb (each thread its own elements). */
+    float x[NV][4];
+    zero_acc(x);
+    warp_mm<T, NV, K, false, false, LDK, LDV>(x, Ks, m0, Ss, 0, lane);
+#pragma unroll
+    for (int nt = 0; nt < NV; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = e < 2 ? i0 : i1, col = 8 * nt + 2 * t + (e & 1);
+            x[nt][e] = gdn_to_f32(Wb[i * LDV + col]) - ck[i] * x[nt][e];
+        }
+    __syncwarp();
+    store_acc<T, NV, LDV>(Wb, x, m0, lane, bet[i0], bet[i1]);
+    __syncthreads();
+    float acc[NV][4];
+    zero_acc(acc);
+    warp_mm<T, NV, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, 0, lane); /* Vn = T W */
+    store_acc<T, NV, LDV>(Vnb, acc, m0, lane, 1.f, 1.f);
+    __syncthreads();
+    /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
+     * otherwise dominate the error of dbeta (the two terms below cancel in part). */
+    zero_acc(acc);
+    warp_mm<T, NV, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, 0, lane); /* K dS' */
+    warp_mm<T, NV, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, 0, lane);
+#pragma unroll
+    for (int nt = 0; nt < NV; ++nt) {
+        acc[nt][0] *= cu[i0];
+        acc[nt][1] *= cu[i0];
+        acc[nt][2] *= cu[i1];
+        acc[nt][3] *= cu[i1];
+    }
+    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, 0, lane); /* dVn = cu K dS' + Pm^T dO */
+    store_acc<T, NV, LDV>(Wb, acc, m0, lane, 1.f, 1.f);
+    __syncthreads(); /* dS' lo read by all */
+    {
+        const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+        for (int nt = 0; nt < NV; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int r = m0 + g8 + 8 * hr, col = 8 * nt + 2 * t4;
+                const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
+                *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
+                    Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
+            }
+    }
+    __syncthreads();
+    zero_acc(acc);
+    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, 0, lane); /* dU = T^T dVn */
+    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, 0, lane);
+    __syncthreads(); /* dVn lo read by all before Ek and F2 take its place */
+    float db0 = 0.f, db1 = 0.f; /* dbeta: dU . X, then sum_j dA_ij B_ij */
+#pragma unroll
+    for (int nt = 0; nt < NV; ++nt) {
+        db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
+        db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
+    }
+    uint32_t duf[V / 16][4], dxf[V / 16][4];
+    to_afrag<T, NV>(duf, acc, 1.f, 1.f);
+    to_afrag<T, NV>(dxf, acc, bet[i0], bet[i1]);
+
+    /* The 64 x 64 terms: dP = dO Vn^T with Q K^T (Pm's part), dA = -(dU Vn^T) with K K^T (A's part). */
+    float colc[8][2]; /* this thread's column shares of dGam (columns 8 nt + 2 t + e) */
+    uint32_t eqf[4][4], f1f[4][4];
+    {
+        float dp[8][4], qk[8][4];
+        zero_acc(dp);
+        zero_acc(qk);
+        warp_mm<T, 8, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, 0, lane);
+        warp_mm<T, 8, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            colc[nt][0] = colc[nt][1] = 0.f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? i0 : i1, j = 8 * nt + 2 * t + (e & 1);
+                const float D = j <= i ? expf(glog[i] - glog[j]) : 0.f;
+                const float em = p.scale * dp[nt][e] * D; /* dL/d(Qn_i . Kn_j) */
+                const float term = em * rq[i] * rk[j] * qk[nt][e]; /* dP_ij Pm_ij */
+                if (e < 2)
+                    rg0 += term;
+                else
+                    rg1 += term;
+                colc[nt][e & 1] -= term;
+                qk[nt][e] = em * rk[j]; /* Eq */
+                dp[nt][e] = em * rq[i]; /* Ek */
+            }
+        }
+        to_afrag<T, 8>(eqf, qk, 1.f, 1.f);
+        store_acc<T, 8, LD64>(Ek, dp, m0, lane, 1.f, 1.f);
+    }
+    {
+        float da[8][4], kk[8][4];
+        zero_acc(da);
+        zero_acc(kk);
+        warp_mm_r<T, 8, V, true, LDV>(da, duf, Vnb, 0, lane);
+        warp_mm<T, 8, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? i0 : i1, j = 8 * nt + 2 * t + (e & 1);
+                const float D = j < i ? expf(glog[i] - glog[j]) : 0.f;
+                const float dA = -da[nt][e];
+                const float bv = rk[i] * rk[j] * kk[nt][e] * D; /* B_ij */
+                const float term = dA * bet[i] * bv;             /* dA_ij A_ij */
+                if (e < 2) {
+                    db0 += dA * bv;
+                    rg0 += term;
+                } else {
+                    db1 += dA * bv;
+                    rg1 += term;
+                }
+                colc[nt][e & 1] -= term;
+                const float f = bet[i] * dA * D; /* dL/d(Kn_i . Kn_j) */
+                kk[nt][e] = f * rk[j];           /* F1 */
+                da[nt][e] = f * rk[i];           /* F2 */
+            }
+        to_afrag<T, 8>(f1f, kk, 1.f, 1.f);
+        store_acc<T, 8, LD64>(F2, da, m0, lane, 1.f, 1.f);
+    }
+    /* Column shares: sum over the rows of the warp (lanes of equal t), then one row per warp. */
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float v = colc[nt][e];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0)
+                colp[warp * C + 8 * nt + 2 * t + e] = v;
+        }
+    __syncthreads();
+
+    const size_t part = (((size_t)hv * p.slots + slot) * C) * K;
+    /* dQn = scale gam (dO S^T) + Eq K. */
+    {
+        float q1[NK][4];
+        zero_acc(q1);
+        warp_mm<T, NK, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, 0, lane);
+        const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
+#pragma unroll
+        for (int nt = 0; nt < NK; ++nt) {
+            const int d = 8 * nt + 2 * t;
+            rg0 += s0 * rq[i0] * (gdn_to_f32(Qs[i0 * LDK + d]) * q1[nt][0] + gdn_to_f32(Qs[i0 * LDK + d + 1]) * q1[nt][1]);
+            rg1 += s1 * rq[i1] * (gdn_to_f32(Qs[i1 * LDK + d]) * q1[nt][2] + gdn_to_f32(Qs[i1 * LDK + d + 1]) * q1[nt][3]);
+            q1[nt][0] *= s0;
+            q1[nt][1] *= s0;
+            q1[nt][2] *= s1;
+            q1[nt][3] *= s1;
+        }
+        warp_mm_r<T, NK, C, false, LDK>(q1, eqf, Ks, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < NK; ++nt) {
+            const int d = 8 * nt + 2 * t;
+            *reinterpret_cast<float2 *>(p.dqn + part + i0 * K + d) = make_float2(q1[nt][0], q1[nt][1]);
+            *reinterpret_cast<float2 *>(p.dqn + part + i1 * K + d) = make_float2(q1[nt][2], q1[nt][3]);
+        }
+    }
+    /* dKn = -gam (dX S^T) + gu (Vn dS'^T) + F1 K + F2^T K + Ek^T Q. */
+    float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
+    {
+        float k1[NK][4], k2[NK][4];
+        zero_acc(k1);
+        zero_acc(k2);
+        warp_mm_r<T, NK, V, true, LDV>(k1, dxf, Ss, 0, lane);
+        warp_mm<T, NK, V, false, true, LDV, LDV>(k2, Vnb, m0, dSs, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < NK; ++nt) {
+            const int d = 8 * nt + 2 * t;
+            const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
+            const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
+            rg0 -= ck[i0] * (ka * k1[nt][0] + kb * k1[nt][1]);
+            rg1 -= ck[i1] * (kc * k1[nt][2] + kd * k1[nt][3]);
+            const float s0 = cu[i0] * (ka * k2[nt][0] + kb * k2[nt][1]);
+            const float s1 = cu[i1] * (kc * k2[nt][2] + kd * k2[nt][3]);
+            rg0 -= s0;
+            rg1 -= s1;
+            gc0 += s0;
+            gc1 += s1;
+            k1[nt][0] = -gam[i0] * k1[nt][0] + gu[i0] * k2[nt][0];
+            k1[nt][1] = -gam[i0] * k1[nt][1] + gu[i0] * k2[nt][1];
+            k1[nt][2] = -gam[i1] * k1[nt][2] + gu[i1] * k2[nt][2];
+            k1[nt][3] = -gam[i1] * k1[nt][3] + gu[i1] * k2[nt][3];
+        }
+        warp_mm_r<T, NK, C, false, LDK>(k1, f1f, Ks, 0, lane);
+        warp_mm<T, NK, C, true, false, LD64, LDK>(k1, F2, m0, Ks, 0, lane);
+        warp_mm<T, NK, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < NK; ++nt) {
+            const int d = 8 * nt + 2 * t;
+            *reinterpret_cast<float2 *>(p.dkn + part + i0 * K + d) = make_float2(k1[nt][0], k1[nt][1]);
+            *reinterpret_cast<float2 *>(p.dkn + part + i1 * K + d) = make_float2(k1[nt][2], k1[nt][3]);
+        }
+    }
+    /* Row totals (the four lanes of a row), then <dS', S> over the CTA in a fixed order. */
+    rg0 = row_sum4(rg0);
+    rg1 = row_sum4(rg1);
+    db0 = row_sum4(db0);
+    db1 = row_sum4(db1);
+    gc0 = row_sum4(gc0);
+    gc1 = row_sum4(gc1);
+    if (t == 0) {
+        rres[i0] = rg0;
+        rres[i1] = rg1;
+        rres[C + i0] = db0;
+        rres[C + i1] = db1;
+        rres[2 * C + i0] = gc0;
+        rres[2 * C + i1] = gc1;
+    }
+    float dot = 0.f;
+    for (int idx = tid; idx < K * V / 2; idx += 128) {
+        const int r = idx / (V / 2), c2 = 2 * (idx % (V / 2));
+        const float2 a = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Ss + r * LDV + c2));
+        const float2 b = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(dSs + r * LDV + c2));
+        dot += a.x * b.x + a.y * b.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (lane == 0)
+        red[warp] = dot;
+    __syncthreads();
+
+    /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
+    if (warp == 0) {
+        float dgam[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int i = 2 * lane + e;
+            dgam[e] = rres[i] + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
+        }
+        if (lane == 31) {
+            float gsum = 0.f;
+            for (int i = 0; i < C; ++i)
+                gsum += rres[2 * C + i];
+            dgam[1] += gC * ((red[0] + red[1]) + (red[2] + red[3])) + gsum;
+        }
+        /* Suffix sums: inclusive scan of the pairs from the top lane down. */
+        float s = dgam[0] + dgam[1];
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float u = __shfl_down_sync(0xffffffffu, s, off);
+            if (lane + off < 32)
+                s += u;
+        }
+        const float dgv[2] = {s, s - dgam[0]};
+        float pa = 0.f, pb = 0.f;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int i = 2 * lane + e;
+            if (i >= L.cl)
+                continue;
+            const int64_t tok = L.t0 + i;
+            const float dgt = rows[R_LIVE * C + i] != 0.f ? dgv[e] : 0.f;
+            float dbt = rres[C + i];
+            const int64_t bo = L.row * p.beta.s[0] + tok * p.beta.s[1] + hv * p.beta.s[2];
+            if (p.beta_from_logits) {
+                const float sg = gate_sigmoid(load_elem(p.beta.data, p.beta.dtype, bo));
+                dbt *= (p.allow_neg_eigval ? 2.f : 1.f) * sg * (1.f - sg);
+            }
+            store_elem(p.dbeta.data, p.dbeta.dtype, L.row * p.dbeta.s[0] + tok * p.dbeta.s[1] + hv * p.dbeta.s[2], dbt);
+            if (p.g.data) {
+                static_cast<float *>(p.dg.data)[L.row * p.dg.s[0] + tok * p.dg.s[1] + hv * p.dg.s[2]] = dgt;
+            } else {
+                /* g = -exp(A_log) softplus(x): dg/dx = -exp(A_log) sigmoid(beta_sp x) (1 past the threshold). */
+                const float xin = load_elem(p.a.data, p.a.dtype, L.row * p.a.s[0] + tok * p.a.s[1] + hv * p.a.s[2]) +
+                                  (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
+                const float bx = p.sp_beta * xin;
+                const float slope = bx > p.sp_threshold ? 1.f : gate_sigmoid(bx);
+                const float A = expf(p.A_log[hv]);
+                const float dx = dgt * -A * slope;
+                store_elem(p.da.data, p.da.dtype, L.row * p.da.s[0] + tok * p.da.s[1] + hv * p.da.s[2], dx);
+                pa += dgt * gate_log_decay(xin, 0.f, p.A_log[hv], p.sp_beta, p.sp_threshold);
+                pb += dx;
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            pa += __shfl_xor_sync(0xffffffffu, pa, off);
+            pb += __shfl_xor_sync(0xffffffffu, pb, off);
+        }
+        if (lane == 0)
+            *gpart = make_float2(pa, pb);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bwd_qk, bwd_gate                                                                            */
+
+/* One warp per token row of (chunk slot, key head): dq and dk from the value heads' sums. */
+template <typename T, int K>
+__global__ void __launch_bounds__(128) bwd_qk_kernel(const BwdParams p)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t h = blockIdx.x % p.H, slot = blockIdx.x / p.H;
+    const Loc L = locate(p, slot);
+    constexpr int PER = K / 32;
+    for (int i = warp; i < L.cl; i += 4) {
+        const int64_t tok = L.t0 + i;
+#pragma unroll
+        for (int which = 0; which < 2; ++which) {
+            const float *src = which ? p.dkn : p.dqn;
+            const gdn_view &x = which ? p.k : p.q;
+            const gdn_view &dx = which ? p.dk : p.dq;
+            float gsum[PER], xv[PER];
+#pragma unroll
+            for (int e = 0; e < PER; ++e)
+                gsum[e] = 0.f;
+            for (int64_t j = 0; j < p.G; ++j) {
+                const float *r = src + (((size_t)(h * p.G + j) * p.slots + slot) * C + i) * K;
+#pragma unroll
+                for (int e = 0; e < PER; ++e)
+                    gsum[e] += r[lane + 32 * e];
+            }
+            const T *xp = static_cast<const T *>(x.data) + L.row * x.s[0] + tok * x.s[1] + h * x.s[2];
+            float ss = 0.f, dot = 0.f;
+#pragma unroll
+            for (int e = 0; e < PER; ++e) {
+                xv[e] = gdn_to_f32(xp[(lane + 32 * e) * x.s[3]]);
+                ss += xv[e] * xv[e];
+                dot += xv[e] * gsum[e];
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                ss += __shfl_xor_sync(0xffffffffu, ss, off);
+                dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            }
+            /* dx = r (dxh - xh (xh . dxh)) with xh = r x, r = (sum x^2 + 1e-6)^-1/2. */
+            const float r = p.l2norm ? rsqrtf(ss + 1e-6f) : 1.f;
+            const float proj = p.l2norm ? r * r * dot : 0.f;
+            T *dp = static_cast<T *>(dx.data) + L.row * dx.s[0] + tok * dx.s[1] + h * dx.s[2];
+#pragma unroll
+            for (int e = 0; e < PER; ++e)
+                dp[(lane + 32 * e) * dx.s[3]] = gdn_from_f32<T>(r * (gsum[e] - xv[e] * proj));
+        }
+    }
+}
+
+/* dA_log[hv], ddt_bias[hv]: the slots' partials in a fixed order (strided shares, then a fixed tree). */
+__global__ void __launch_bounds__(256) bwd_gate_kernel(const BwdParams p)
+{
+    __shared__ float sa[256], sb[256];
+    const int64_t hv = blockIdx.x;
+    float a = 0.f, b = 0.f;
+    for (int64_t s = threadIdx.x; s < p.slots; s += 256) {
+        const float2 v = p.gpart[hv * p.slots + s];
+        a += v.x;
+        b += v.y;
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) {
+            sa[threadIdx.x] += sa[threadIdx.x + w];
+            sb[threadIdx.x] += sb[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (p.dA_log.data)
+            store_elem(p.dA_log.data, p.dA_log.dtype, hv * p.dA_log.s[0], sa[0]);
+        if (p.ddt_bias.data)
+            store_elem(p.ddt_bias.data, p.ddt_bias.dtype, hv * p.ddt_bias.s[0], sb[0]);
+    }
+}
+
+} /* namespace gdn_bwd */
+
+#endif /* GDN_SM90_CHUNK_BWD_CUH */
