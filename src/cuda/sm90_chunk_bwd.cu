@@ -62,7 +62,7 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
         GDN_OK)
         return st;
-    if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / 64)), 2), 128,
+    if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), 2), 128,
                      ChainSmem<T, K>::BYTES, stream, prm, "bwd_chain")) != GDN_OK)
         return st;
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3(units), 128, GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) !=

@@ -11,7 +11,7 @@
  * (ck = rk gam, cq = scale rq gam, cu = rk gu). The passes (one stream; no atomics, fixed orders):
  *   bwd_prep   per (chunk slot, value head): gates, cumsum, norms, K K^T, Q K^T, T (prep_inverse),
  *              Pm; the record (BwdRec) to the workspace.
- *   bwd_chain  per (sequence, value head, 64 value columns), in two roles of one grid: the forward
+ *   bwd_chain  per (sequence, value head, CHAIN_VS value columns), in two roles of one grid: the forward
  *              chain stores S entering every chunk; the reverse chain stores dS' leaving every chunk,
  *              writes dv and dh0. Both are independent given the records, so they run side by side.
  *   bwd_grad   per (chunk slot, value head): everything else of the chunk from S, dS' and the
@@ -129,6 +129,10 @@ __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv,
     return p.rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
 }
 
+/* The loads below issue cp.async copies (16 bytes each) where the source allows, so that all of a
+ * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.
+ * Rows past cl are zero-filled; strided or misaligned rows are read element by element. */
+
 /* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), all threads. */
 template <typename T, int D, int LD>
 __device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row, int64_t t0, int64_t head, int cl,
@@ -137,20 +141,17 @@ __device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row
     const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
     for (int idx = tid; idx < C * D / 8; idx += nthr) {
         const int r = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (r < cl) {
-            const T *src = base + r * x.s[1] + c8 * x.s[3];
-            if (x.s[3] == 1 && ((uintptr_t)src & 15) == 0) {
-                w = *reinterpret_cast<const uint4 *>(src);
-            } else {
-                T e[8];
+        T *d = dst + r * LD + c8;
+        const T *src = base + r * x.s[1] + c8 * x.s[3];
+        if (r >= cl) {
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0, 0, 0, 0);
+        } else if (x.s[3] == 1 && ((uintptr_t)src & 15) == 0) {
+            gdn_sm90::cp_async16(d, src, 16);
+        } else {
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    e[j] = src[j * x.s[3]];
-                w = *reinterpret_cast<const uint4 *>(e);
-            }
+            for (int j = 0; j < 8; ++j)
+                d[j] = src[j * x.s[3]];
         }
-        *reinterpret_cast<uint4 *>(dst + r * LD + c8) = w;
     }
 }
 
@@ -160,8 +161,21 @@ __device__ __forceinline__ void load_mat(T *dst, const T *src, int c0, int tid, 
 {
     for (int idx = tid; idx < R * W / 8; idx += nthr) {
         const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
-        *reinterpret_cast<uint4 *>(dst + r * LD + c8) = *reinterpret_cast<const uint4 *>(src + r * SRC_COLS + c0 + c8);
+        gdn_sm90::cp_async16(dst + r * LD + c8, src + r * SRC_COLS + c0 + c8, 16);
     }
+}
+
+/* n floats (a multiple of 4, 16-byte aligned at both ends). */
+__device__ __forceinline__ void load_f32(float *dst, const void *src, int n, int tid, int nthr)
+{
+    for (int idx = tid; idx < n / 4; idx += nthr)
+        gdn_sm90::cp_async16(dst + 4 * idx, static_cast<const float *>(src) + 4 * idx, 16);
+}
+
+__device__ __forceinline__ void loads_done()
+{
+    gdn_sm90::cp_async_commit();
+    gdn_sm90::cp_async_wait<0>();
 }
 
 /* The reverse: a [R][LD] tile to columns 0 .. W of a matrix with row pitch dst_cols. */
@@ -230,6 +244,7 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
         rows[R_LIVE * C + tid] = live;
         rows[R_BETA * C + tid] = bv;
     }
+    loads_done();
     __syncthreads();
     /* Norm factors, a warp per row; the cumsum by warp 0 after. */
     for (int r = warp; r < C; r += 4) {
@@ -312,13 +327,19 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
 /* ------------------------------------------------------------------------------------------ */
 /* bwd_chain                                                                                   */
 
+/* Value columns per chain CTA: 32 halves each step's products (the chain's latency) against 64,
+ * for the same tile copies per step. */
+constexpr int CHAIN_VS = 32;
+
 template <typename T, int K> struct ChainSmem {
-    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD;
-    /* Ks, Qs [C][LDK]; Xs (v or dO columns), Tm, Pm, W, U, O2 [C][LD64]; Sb [K][LD64]; rows. */
-    static constexpr int BYTES = (2 * C * LDK + 6 * C * LD64 + K * LD64) * 2 + R_COUNT * C * 4;
+    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD, LDS = Pitch<CHAIN_VS>::LD;
+    /* Two stages (the next chunk's copies fly during this chunk's products) of Ks, Qs [C][LDK], Xs
+     * (v or dO columns) [C][LDS], Tm, Pm [C][LD64] and the rows; then W, U, O2 [C][LDS] and Sb [K][LDS]. */
+    static constexpr int STAGE = (2 * C * LDK + C * LDS + 2 * C * LD64) * 2 + R_COUNT * C * 4;
+    static constexpr int BYTES = 2 * STAGE + (3 * C * LDS + K * LDS) * 2;
 };
 
-/* The state slice of warp w: rows (K / 4) w .. (K / 4) (w + 1), as MT m16 tiles by 64 columns. */
+/* The state slice of warp w: rows (K / 4) w .. (K / 4) (w + 1), as MT m16 tiles by CHAIN_VS columns. */
 template <int K>
 __device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
 {
@@ -329,36 +350,50 @@ template <typename T, int K>
 __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
 {
     using SM = ChainSmem<T, K>;
-    constexpr int LDK = SM::LDK, LD64 = SM::LD64, MT = K / 64;
+    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, MT = K / 64, VS = CHAIN_VS, NT = VS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t vblocks = p.V / 64;
+    const int64_t vblocks = p.V / VS;
     const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
     const bool rev = blockIdx.y != 0;
-    const int v0 = (int)vb * 64;
+    const int v0 = (int)vb * VS;
     const int64_t h = hv / p.G;
     int64_t row, bos, len, slot0;
     seq_info(p, n, row, bos, len, slot0);
     const int64_t nc = (len + C - 1) / C;
 
-    T *Ks = reinterpret_cast<T *>(smem);
-    T *Qs = Ks + C * LDK;
-    T *Xs = Qs + C * LDK;
-    T *Tm = Xs + C * LD64;
-    T *Pm = Tm + C * LD64;
-    T *W = Pm + C * LD64;
-    T *U = W + C * LD64;
-    T *O2 = U + C * LD64;
-    T *Sb = O2 + C * LD64;
-    float *rows = reinterpret_cast<float *>(Sb + K * LD64);
+    T *W = reinterpret_cast<T *>(smem + 2 * SM::STAGE);
+    T *U = W + C * LDS;
+    T *O2 = U + C * LDS;
+    T *Sb = O2 + C * LDS;
+    /* Stage b's copies of the chunk of step `step` (none past the last). */
+    auto issue = [&](int64_t step, int b) {
+        if (step >= nc)
+            return;
+        const int64_t c = rev ? nc - 1 - step : step;
+        const int cl = (int)gdn_chunk::min64(C, len - c * C);
+        T *Ks = reinterpret_cast<T *>(smem + b * SM::STAGE);
+        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
+        const unsigned char *rec = rec_of(p, hv, slot0 + c);
+        load_tile<T, K, LDK>(Ks, p.k, row, bos + c * C, h, cl, 0, tid, 128);
+        load_tile<T, VS, LDS>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid, 128);
+        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
+        if (rev) {
+            load_tile<T, K, LDK>(Qs, p.q, row, bos + c * C, h, cl, 0, tid, 128);
+            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
+        }
+        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + 2 * C * C * 2, R_COUNT * C, tid, 128);
+        gdn_sm90::cp_async_commit();
+    };
+    issue(0, 0);
 
     /* The running state (or its gradient) slice, f32 in registers. */
-    float st[MT][8][4];
+    float st[MT][NT][4];
     const gdn_view &init = rev ? p.dht : p.h0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
@@ -371,91 +406,84 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
         const int64_t c = rev ? nc - 1 - step : step;
         const int64_t slot = slot0 + c;
         const int cl = (int)gdn_chunk::min64(C, len - c * C);
+        T *Ks = reinterpret_cast<T *>(smem + (step & 1) * SM::STAGE);
+        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
+        const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
         /* The state (rounded to the operands' type) to Sb and to the workspace. */
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            store_acc<T, 8, LD64>(Sb, st[mt], (K / 4) * warp + 16 * mt, lane, 1.f, 1.f);
+            store_acc<T, NT, LDS>(Sb, st[mt], (K / 4) * warp + 16 * mt, lane, 1.f, 1.f);
+        gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
         __syncthreads();
         T *dst = ws_tiles + ((size_t)hv * p.slots + slot) * tiles * K * p.V + v0;
-        store_mat<K, 64, LD64>(dst, p.V, Sb, tid, 128);
+        store_mat<K, VS, LDS>(dst, p.V, Sb, tid, 128);
         if (rev) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int hr = 0; hr < 2; ++hr) {
                         const int r = (K / 4) * warp + 16 * mt + g + 8 * hr, col = 8 * nt + 2 * t;
-                        const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Sb + r * LD64 + col));
+                        const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Sb + r * LDS + col));
                         *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) =
                             Mma16<T>::pack(st[mt][nt][2 * hr] - hi.x, st[mt][nt][2 * hr + 1] - hi.y);
                     }
         }
         if (!rev && step == nc - 1)
             break; /* the final state is not needed */
-        /* Cross-thread writes of the store_mat reads end before the tile loads below overwrite
-         * nothing they read (Sb stays); the tiles come next. */
-        const unsigned char *rec = rec_of(p, hv, slot);
-        load_tile<T, K, LDK>(Ks, p.k, row, bos + c * C, h, cl, 0, tid, 128);
-        load_tile<T, 64, LD64>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid, 128);
-        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
-        if (rev) {
-            load_tile<T, K, LDK>(Qs, p.q, row, bos + c * C, h, cl, 0, tid, 128);
-            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
-        }
-        for (int idx = tid; idx < R_COUNT * C / 4; idx += 128)
-            reinterpret_cast<float4 *>(rows)[idx] = reinterpret_cast<const float4 *>(rec + 2 * C * C * 2)[idx];
-        __syncthreads();
+        /* The other stage was last read in the previous step, which ended with a barrier. */
+        issue(step + 1, (int)((step + 1) & 1));
         const int i0 = 16 * warp + g, i1 = i0 + 8;
         const float gC = rows[R_GC * C];
-        float acc[8][4];
+        float acc[NT][4];
         zero_acc(acc);
         /* Y = K S (forward) or Z = K dS' (reverse). */
-        warp_mm<T, 8, K, false, false, LDK, LD64>(acc, Ks, 16 * warp, Sb, 0, lane);
+        warp_mm<T, NT, K, false, false, LDK, LDS>(acc, Ks, 16 * warp, Sb, 0, lane);
         if (!rev) {
             /* W = beta (V - ck Y) */
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = e < 2 ? i0 : i1, col = 8 * nt + 2 * t + (e & 1);
                     acc[nt][e] = rows[R_BETA * C + i] *
-                                 (gdn_to_f32(Xs[i * LD64 + col]) - rows[R_CK * C + i] * acc[nt][e]);
+                                 (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
                 }
-            store_acc<T, 8, LD64>(W, acc, 16 * warp, lane, 1.f, 1.f);
+            store_acc<T, NT, LDS>(W, acc, 16 * warp, lane, 1.f, 1.f);
             __syncthreads();
             zero_acc(acc);
-            warp_mm<T, 8, C, false, false, LD64, LD64>(acc, Tm, 16 * warp, W, 0, lane); /* Vn = T W */
-            store_acc<T, 8, LD64>(U, acc, 16 * warp, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+            warp_mm<T, NT, C, false, false, LD64, LDS>(acc, Tm, 16 * warp, W, 0, lane); /* Vn = T W */
+            store_acc<T, NT, LDS>(U, acc, 16 * warp, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
             __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         st[mt][nt][e] *= gC;
-                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
+                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
             }
         } else {
             /* dVn = cu Z + Pm^T dO */
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < NT; ++nt) {
                 acc[nt][0] *= rows[R_CU * C + i0];
                 acc[nt][1] *= rows[R_CU * C + i0];
                 acc[nt][2] *= rows[R_CU * C + i1];
                 acc[nt][3] *= rows[R_CU * C + i1];
             }
-            warp_mm<T, 8, C, true, false, LD64, LD64>(acc, Pm, 16 * warp, Xs, 0, lane);
-            store_acc<T, 8, LD64>(W, acc, 16 * warp, lane, 1.f, 1.f);
+            warp_mm<T, NT, C, true, false, LD64, LDS>(acc, Pm, 16 * warp, Xs, 0, lane);
+            store_acc<T, NT, LDS>(W, acc, 16 * warp, lane, 1.f, 1.f);
             __syncthreads();
             zero_acc(acc);
-            warp_mm<T, 8, C, true, false, LD64, LD64>(acc, Tm, 16 * warp, W, 0, lane); /* dU = T^T dVn */
+            warp_mm<T, NT, C, true, false, LD64, LDS>(acc, Tm, 16 * warp, W, 0, lane); /* dU = T^T dVn */
             /* dv = dX = beta dU (live rows); U = -ck dX; O2 = cq dO. */
             const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
             T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = e < 2 ? i0 : i1, col = v0 + 8 * nt + 2 * t + (e & 1);
@@ -463,21 +491,29 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
                     if (i < cl)
                         dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
                 }
-            store_acc<T, 8, LD64>(U, acc, 16 * warp, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
-            for (int idx = lane; idx < 16 * 64; idx += 32) {
-                const int i = 16 * warp + idx / 64, col = idx % 64;
-                O2[i * LD64 + col] = gdn_from_f32<T>(rows[R_CQ * C + i] * gdn_to_f32(Xs[i * LD64 + col]));
+            store_acc<T, NT, LDS>(U, acc, 16 * warp, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+            for (int idx = lane; idx < 16 * VS / 8; idx += 32) { /* the warp's rows, 8 columns a lane */
+                const int i = 16 * warp + idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
+                const float cq = rows[R_CQ * C + i];
+                uint4 w = *reinterpret_cast<const uint4 *>(Xs + i * LDS + c8);
+                uint32_t *x = reinterpret_cast<uint32_t *>(&w);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = Mma16<T>::unpack(x[e]);
+                    x[e] = Mma16<T>::pack(cq * f.x, cq * f.y);
+                }
+                *reinterpret_cast<uint4 *>(O2 + i * LDS + c8) = w;
             }
             __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         st[mt][nt][e] *= gC;
-                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Qs, (K / 4) * warp + 16 * mt, O2, 0, lane);
-                warp_mm<T, 8, C, true, false, LDK, LD64>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
+                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Qs, (K / 4) * warp + 16 * mt, O2, 0, lane);
+                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
             }
         }
         __syncthreads(); /* the tiles and Sb are rewritten next step */
@@ -486,7 +522,7 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
@@ -553,8 +589,8 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
     load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, 128);
     load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
     load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
-    for (int idx = tid; idx < R_COUNT * C / 4; idx += 128)
-        reinterpret_cast<float4 *>(rows)[idx] = reinterpret_cast<const float4 *>(rec + 2 * C * C * 2)[idx];
+    load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, 128);
+    loads_done();
     __syncthreads();
 
     const int m0 = 16 * warp, i0 = m0 + g, i1 = i0 + 8;
@@ -620,9 +656,10 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
         db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
         db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
     }
+    /* dU as an A operand, and -gam dX = -gam beta dU (dKn's X term; its sign and row factor ride in the operand). */
     uint32_t duf[V / 16][4], dxf[V / 16][4];
     to_afrag<T, NV>(duf, acc, 1.f, 1.f);
-    to_afrag<T, NV>(dxf, acc, bet[i0], bet[i1]);
+    to_afrag<T, NV>(dxf, acc, -gam[i0] * bet[i0], -gam[i1] * bet[i1]);
 
     /* The 64 x 64 terms: dP = dO Vn^T with Q K^T (Pm's part), dA = -(dU Vn^T) with K K^T (A's part). */
     float colc[8][2]; /* this thread's column shares of dGam (columns 8 nt + 2 t + e) */
@@ -723,32 +760,40 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
             *reinterpret_cast<float2 *>(p.dqn + part + i1 * K + d) = make_float2(q1[nt][2], q1[nt][3]);
         }
     }
-    /* dKn = -gam (dX S^T) + gu (Vn dS'^T) + F1 K + F2^T K + Ek^T Q. */
+    /* dKn = gu (Vn dS'^T) - gam (dX S^T) + F1 K + F2^T K + Ek^T Q, in one accumulator. dGam takes
+     * Kn . dKn of the first two terms apart: d1 after the first, d2 - d1 after the second. */
     float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
     {
-        float k1[NK][4], k2[NK][4];
+        float k1[NK][4];
         zero_acc(k1);
-        zero_acc(k2);
-        warp_mm_r<T, NK, V, true, LDV>(k1, dxf, Ss, 0, lane);
-        warp_mm<T, NK, V, false, true, LDV, LDV>(k2, Vnb, m0, dSs, 0, lane);
+        warp_mm<T, NK, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, 0, lane);
+        float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NK; ++nt) {
             const int d = 8 * nt + 2 * t;
-            const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
-            const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
-            rg0 -= ck[i0] * (ka * k1[nt][0] + kb * k1[nt][1]);
-            rg1 -= ck[i1] * (kc * k1[nt][2] + kd * k1[nt][3]);
-            const float s0 = cu[i0] * (ka * k2[nt][0] + kb * k2[nt][1]);
-            const float s1 = cu[i1] * (kc * k2[nt][2] + kd * k2[nt][3]);
-            rg0 -= s0;
-            rg1 -= s1;
-            gc0 += s0;
-            gc1 += s1;
-            k1[nt][0] = -gam[i0] * k1[nt][0] + gu[i0] * k2[nt][0];
-            k1[nt][1] = -gam[i0] * k1[nt][1] + gu[i0] * k2[nt][1];
-            k1[nt][2] = -gam[i1] * k1[nt][2] + gu[i1] * k2[nt][2];
-            k1[nt][3] = -gam[i1] * k1[nt][3] + gu[i1] * k2[nt][3];
+            k1[nt][0] *= gu[i0];
+            k1[nt][1] *= gu[i0];
+            k1[nt][2] *= gu[i1];
+            k1[nt][3] *= gu[i1];
+            d10 += gdn_to_f32(Ks[i0 * LDK + d]) * k1[nt][0] + gdn_to_f32(Ks[i0 * LDK + d + 1]) * k1[nt][1];
+            d11 += gdn_to_f32(Ks[i1 * LDK + d]) * k1[nt][2] + gdn_to_f32(Ks[i1 * LDK + d + 1]) * k1[nt][3];
         }
+        warp_mm_r<T, NK, V, true, LDV>(k1, dxf, Ss, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < NK; ++nt) {
+            const int d = 8 * nt + 2 * t;
+            d20 += gdn_to_f32(Ks[i0 * LDK + d]) * k1[nt][0] + gdn_to_f32(Ks[i0 * LDK + d + 1]) * k1[nt][1];
+            d21 += gdn_to_f32(Ks[i1 * LDK + d]) * k1[nt][2] + gdn_to_f32(Ks[i1 * LDK + d + 1]) * k1[nt][3];
+        }
+        /* Kn . dKn = rk K . dKn: the X term adds to dGam_i, the S' term subtracts from it and adds to dGam_C. */
+        d10 *= rk[i0];
+        d11 *= rk[i1];
+        d20 *= rk[i0];
+        d21 *= rk[i1];
+        rg0 += (d20 - d10) - d10;
+        rg1 += (d21 - d11) - d11;
+        gc0 += d10;
+        gc1 += d11;
         warp_mm_r<T, NK, C, false, LDK>(k1, f1f, Ks, 0, lane);
         warp_mm<T, NK, C, true, false, LD64, LDK>(k1, F2, m0, Ks, 0, lane);
         warp_mm<T, NK, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, 0, lane);

@@ -4,8 +4,8 @@
  * backward): one warp owns 16 rows of every result, and any tile can be read as A or B, in either
  * orientation, by ldmatrix (.trans for the transposed reads).
  *
- * Tiles are row-major with a row pitch LD (elements) whose byte size is 16 mod 128: the eight rows
- * of each ldmatrix read then fall in distinct banks. An accumulator acc[nt][e] of a warp holds
+ * Tiles are row-major with a row pitch LD (elements) of an odd number of 16-byte chunks: the
+ * eight 16-byte rows of each ldmatrix read then fall in distinct bank groups. An accumulator acc[nt][e] of a warp holds
  * row m0 + g + 8 (e >> 1), column n0 + 8 nt + 2 t + (e & 1), with g = lane / 4, t = lane % 4.
  */
 #ifndef GDN_SM90_MMA_TILES_CUH
@@ -23,7 +23,7 @@ using gdn_sm90::smem_u32;
 /* The pitch of a tile of `cols` 16-bit columns: 8 more (16 bytes), see above. */
 template <int COLS> struct Pitch {
     static constexpr int LD = COLS + 8;
-    static_assert((LD * 2) % 128 == 16, "pitch: 16 mod 128 bytes");
+    static_assert((LD * 2) % 32 == 16, "pitch: an odd number of 16-byte chunks");
 };
 
 /* A fragment (16 x 16) at rows m0, columns k0 of A stored [m][k] (AT = false) or [k][m] (AT). */
@@ -52,7 +52,7 @@ template <typename T, int NT, int KD, bool AT, bool BNK, int LDA, int LDB>
 __device__ __forceinline__ void warp_mm(float (&acc)[NT][4], const T *A, int m0, const T *B, int n0, int lane)
 {
     static_assert(NT % 2 == 0 && KD % 16 == 0, "warp_mm: n in pairs of n8 tiles, k in k16 steps");
-#pragma unroll
+#pragma unroll 2
     for (int k0 = 0; k0 < KD; k0 += 16) {
         uint32_t a[4];
         frag_a<T, LDA, AT>(a, A, m0, k0, lane);
