@@ -7,8 +7,9 @@ chunk_gated_delta_rule backward, same inputs, same process, same timing, at the 
 bf16, K = V = 128, L2 norm in-kernel, g = logsigmoid(randn) (f32), beta = sigmoid(randn) (bf16),
 no initial state, no final state. Per shape, eager CUDA-event medians of 20 calls after warm-up:
   fwd      the forward alone (no autograd graph)
-  bwd      autograd backward alone: o.backward(do, retain_graph=True) on one forward's graph
-  fwd+bwd  a forward with autograd and its backward
+  bwd      autograd backward alone: torch.autograd.grad(o, inputs, do, retain_graph=True) on one
+           forward's graph (grad returns the gradients; nothing accumulates into .grad)
+  fwd+bwd  a forward with autograd and its backward (torch.autograd.grad)
 FLA's gated backward refuses Hopper with triton < 3.7.1 (its issue #640, results said to be wrong);
 for timing only this script sets fla.ops.common.chunk_o.TRITON_ABOVE_3_7_1 = True. FLA's gradients
 are never used as a reference: the tests check libgdn's against float64.
@@ -62,12 +63,12 @@ def timings(f, q, k, v, g, beta, do, **extra):
 
     def fwd_bwd():
         o, _ = f(*leaves, **kw)
-        o.backward(do)
+        torch.autograd.grad(o, leaves, do)
 
     o, _ = f(*leaves, **kw)
 
     def bwd():
-        o.backward(do, retain_graph=True)
+        torch.autograd.grad(o, leaves, do, retain_graph=True)
 
     return median_ms(fwd), median_ms(bwd), median_ms(fwd_bwd)
 

@@ -18,7 +18,8 @@
  *              record: dq and dk in the normalised space (per value head, f32, to the workspace),
  *              dg or da, dbeta, the gate-parameter partials.
  *   bwd_qk     per (chunk slot, key head): the sum over the group's value heads, the L2-norm
- *              backward, dq and dk.
+ *              backward, dq and dk. (Writing them from bwd_grad when G = 1 measured slower:
+ *              dev/backward/README.md.)
  *   bwd_gate   per value head: dA_log and ddt_bias from the partials, in slot order.
  */
 #ifndef GDN_SM90_CHUNK_BWD_CUH
@@ -133,14 +134,28 @@ __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv,
  * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.
  * Rows past cl are zero-filled; strided or misaligned rows are read element by element. */
 
-/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), all threads. */
-template <typename T, int D, int LD>
+/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), by NTHR threads. */
+template <typename T, int D, int LD, int NTHR>
 __device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row, int64_t t0, int64_t head, int cl,
-                                          int d0, int tid, int nthr)
+                                          int d0, int tid)
 {
+    constexpr int CPR = D / 8, RSTEP = NTHR / CPR; /* 16-byte chunks a row; rows a pass */
+    static_assert(NTHR % CPR == 0 && C % RSTEP == 0, "load_tile: whole rows a pass");
     const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
-    for (int idx = tid; idx < C * D / 8; idx += nthr) {
-        const int r = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
+    if (x.s[3] == 1 && ((uintptr_t)base & 15) == 0 && (x.s[1] & 7) == 0) {
+        /* Every row 16-byte aligned: one cp.async a chunk, rows past cl zero-filled (src_bytes 0). */
+        const int r0 = tid / CPR, c8 = (tid % CPR) * 8;
+        const T *src = base + r0 * x.s[1] + c8;
+        const int64_t step = (int64_t)RSTEP * x.s[1];
+#pragma unroll
+        for (int j = 0; j < C / RSTEP; ++j) {
+            const int r = r0 + j * RSTEP;
+            gdn_sm90::cp_async16(dst + r * LD + c8, r < cl ? src + j * step : base, r < cl ? 16 : 0);
+        }
+        return;
+    }
+    for (int idx = tid; idx < C * CPR; idx += NTHR) {
+        const int r = idx / CPR, c8 = (idx % CPR) * 8;
         T *d = dst + r * LD + c8;
         const T *src = base + r * x.s[1] + c8 * x.s[3];
         if (r >= cl) {
@@ -215,8 +230,8 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
     float *Ts = As + C * LDF;
     float *glog = Ts + C * LDF, *bet = glog + C, *rk = bet + C, *rq = rk + C;
 
-    load_tile<T, K, LDK>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid, 128);
-    load_tile<T, K, LDK>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid, 128);
+    load_tile<T, K, LDK, 128>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+    load_tile<T, K, LDK, 128>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
     unsigned char *rec = rec_of(p, hv, slot);
     float *rows = reinterpret_cast<float *>(rec + 2 * C * C * 2);
     if (tid < C) {
@@ -339,20 +354,27 @@ template <typename T, int K> struct ChainSmem {
     static constexpr int BYTES = 2 * STAGE + (3 * C * LDS + K * LDS) * 2;
 };
 
-/* The state slice of warp w: rows (K / 4) w .. (K / 4) (w + 1), as MT m16 tiles by CHAIN_VS columns. */
-template <int K>
 __device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
 {
     return n * s.s[0] + hv * s.s[1] + r * s.s[2] + col * s.s[3];
 }
 
+constexpr int CHAIN_THREADS = 256;
+
+/* Eight warps: in the 64-row products warp w takes rows 16 (w % 4) and value columns 16 (w / 4);
+ * in the state (K rows) it takes m16 tile w (K = 128: all CHAIN_VS columns) or tile w % 4 and
+ * columns 16 (w / 4) (K = 64). Two warps per scheduler hide each other's fixed latencies. */
 template <typename T, int K>
-__global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
+__global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParams p)
 {
     using SM = ChainSmem<T, K>;
-    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, MT = K / 64, VS = CHAIN_VS, NT = VS / 8;
+    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, VS = CHAIN_VS, NTH = CHAIN_THREADS;
+    static_assert(VS == 32, "bwd_chain: two 16-column halves");
+    constexpr int SNT = K == 128 ? VS / 8 : VS / 16; /* n8 tiles of the warp's state slice */
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mr = 16 * (warp & 3), nc0 = 16 * (warp >> 2); /* the warp's block of the 64-row products */
+    const int sr = K == 128 ? 16 * warp : 16 * (warp & 3), sc = K == 128 ? 0 : 16 * (warp >> 2); /* its state block */
     const int64_t vblocks = p.V / VS;
     const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
     const bool rev = blockIdx.y != 0;
@@ -375,30 +397,28 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
         T *Ks = reinterpret_cast<T *>(smem + b * SM::STAGE);
         T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
         const unsigned char *rec = rec_of(p, hv, slot0 + c);
-        load_tile<T, K, LDK>(Ks, p.k, row, bos + c * C, h, cl, 0, tid, 128);
-        load_tile<T, VS, LDS>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid, 128);
-        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
+        load_tile<T, K, LDK, NTH>(Ks, p.k, row, bos + c * C, h, cl, 0, tid);
+        load_tile<T, VS, LDS, NTH>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid);
+        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
         if (rev) {
-            load_tile<T, K, LDK>(Qs, p.q, row, bos + c * C, h, cl, 0, tid, 128);
-            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
+            load_tile<T, K, LDK, NTH>(Qs, p.q, row, bos + c * C, h, cl, 0, tid);
+            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
         }
-        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + 2 * C * C * 2, R_COUNT * C, tid, 128);
+        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
         gdn_sm90::cp_async_commit();
     };
     issue(0, 0);
 
-    /* The running state (or its gradient) slice, f32 in registers. */
-    float st[MT][NT][4];
+    /* The running state (or its gradient) block, f32 in registers. */
+    float st[SNT][4];
     const gdn_view &init = rev ? p.dht : p.h0;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
-                st[mt][nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off<K>(init, n, hv, r, col)) : 0.f;
-            }
+        for (int e = 0; e < 4; ++e) {
+            const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
+            st[nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
+        }
 
     T *ws_tiles = static_cast<T *>(rev ? p.dS : p.S);
     const int64_t tiles = rev ? 2 : 1; /* dS' keeps its rounding error as a second tile (bwd_grad) */
@@ -409,91 +429,70 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
         T *Ks = reinterpret_cast<T *>(smem + (step & 1) * SM::STAGE);
         T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
         const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
-        /* The state (rounded to the operands' type) to Sb and to the workspace. */
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            store_acc<T, NT, LDS>(Sb, st[mt], (K / 4) * warp + 16 * mt, lane, 1.f, 1.f);
-        gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
-        __syncthreads();
+        /* The state (rounded to the operands' type) to Sb and to the workspace; for dS' also the
+         * rounding error, as a second tile. */
+        store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
         T *dst = ws_tiles + ((size_t)hv * p.slots + slot) * tiles * K * p.V + v0;
-        store_mat<K, VS, LDS>(dst, p.V, Sb, tid, 128);
         if (rev) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+            for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int hr = 0; hr < 2; ++hr) {
-                        const int r = (K / 4) * warp + 16 * mt + g + 8 * hr, col = 8 * nt + 2 * t;
-                        const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Sb + r * LDS + col));
-                        *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) =
-                            Mma16<T>::pack(st[mt][nt][2 * hr] - hi.x, st[mt][nt][2 * hr + 1] - hi.y);
-                    }
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int r = sr + g + 8 * hr, col = sc + 8 * nt + 2 * t;
+                    const float a0 = st[nt][2 * hr], a1 = st[nt][2 * hr + 1];
+                    const float2 hi = Mma16<T>::unpack(Mma16<T>::pack(a0, a1));
+                    *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) = Mma16<T>::pack(a0 - hi.x, a1 - hi.y);
+                }
         }
+        gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
+        __syncthreads();
+        store_mat<K, VS, LDS>(dst, p.V, Sb, tid, NTH);
         if (!rev && step == nc - 1)
             break; /* the final state is not needed */
         /* The other stage was last read in the previous step, which ended with a barrier. */
         issue(step + 1, (int)((step + 1) & 1));
-        const int i0 = 16 * warp + g, i1 = i0 + 8;
+        const int i0 = mr + g, i1 = i0 + 8;
         const float gC = rows[R_GC * C];
-        float acc[NT][4];
+        float acc[2][4];
         zero_acc(acc);
         /* Y = K S (forward) or Z = K dS' (reverse). */
-        warp_mm<T, NT, K, false, false, LDK, LDS>(acc, Ks, 16 * warp, Sb, 0, lane);
+        warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane);
         if (!rev) {
             /* W = beta (V - ck Y) */
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, col = 8 * nt + 2 * t + (e & 1);
+                    const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
                     acc[nt][e] = rows[R_BETA * C + i] *
                                  (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
                 }
-            store_acc<T, NT, LDS>(W, acc, 16 * warp, lane, 1.f, 1.f);
+            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
             __syncthreads();
             zero_acc(acc);
-            warp_mm<T, NT, C, false, false, LD64, LDS>(acc, Tm, 16 * warp, W, 0, lane); /* Vn = T W */
-            store_acc<T, NT, LDS>(U, acc, 16 * warp, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+            warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
+            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
             __syncthreads();
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
+            for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        st[mt][nt][e] *= gC;
-                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
-            }
+                for (int e = 0; e < 4; ++e)
+                    st[nt][e] *= gC;
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
         } else {
             /* dVn = cu Z + Pm^T dO */
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+            for (int nt = 0; nt < 2; ++nt) {
                 acc[nt][0] *= rows[R_CU * C + i0];
                 acc[nt][1] *= rows[R_CU * C + i0];
                 acc[nt][2] *= rows[R_CU * C + i1];
                 acc[nt][3] *= rows[R_CU * C + i1];
             }
-            warp_mm<T, NT, C, true, false, LD64, LDS>(acc, Pm, 16 * warp, Xs, 0, lane);
-            store_acc<T, NT, LDS>(W, acc, 16 * warp, lane, 1.f, 1.f);
-            __syncthreads();
-            zero_acc(acc);
-            warp_mm<T, NT, C, true, false, LD64, LDS>(acc, Tm, 16 * warp, W, 0, lane); /* dU = T^T dVn */
-            /* dv = dX = beta dU (live rows); U = -ck dX; O2 = cq dO. */
-            const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
-            T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, col = v0 + 8 * nt + 2 * t + (e & 1);
-                    acc[nt][e] *= e < 2 ? b0 : b1;
-                    if (i < cl)
-                        dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
-                }
-            store_acc<T, NT, LDS>(U, acc, 16 * warp, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
-            for (int idx = lane; idx < 16 * VS / 8; idx += 32) { /* the warp's rows, 8 columns a lane */
-                const int i = 16 * warp + idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
+            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Pm, mr, Xs, nc0, lane);
+            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
+            /* O2 = cq dO, 8 columns a thread */
+            for (int idx = tid; idx < C * VS / 8; idx += NTH) {
+                const int i = idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
                 const float cq = rows[R_CQ * C + i];
                 uint4 w = *reinterpret_cast<const uint4 *>(Xs + i * LDS + c8);
                 uint32_t *x = reinterpret_cast<uint32_t *>(&w);
@@ -505,29 +504,40 @@ __global__ void __launch_bounds__(128) bwd_chain_kernel(const BwdParams p)
                 *reinterpret_cast<uint4 *>(O2 + i * LDS + c8) = w;
             }
             __syncthreads();
+            zero_acc(acc);
+            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* dU = T^T dVn */
+            /* dv = dX = beta dU (live rows); U = -ck dX. */
+            const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
+            T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, col = v0 + nc0 + 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] *= e < 2 ? b0 : b1;
+                    if (i < cl)
+                        dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
+                }
+            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+            __syncthreads();
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        st[mt][nt][e] *= gC;
-                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Qs, (K / 4) * warp + 16 * mt, O2, 0, lane);
-                warp_mm<T, NT, C, true, false, LDK, LDS>(st[mt], Ks, (K / 4) * warp + 16 * mt, U, 0, lane);
-            }
+            for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    st[nt][e] *= gC;
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
         }
         __syncthreads(); /* the tiles and Sb are rewritten next step */
     }
     if (rev && p.dh0.data) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = (K / 4) * warp + 16 * mt + g + 8 * (e >> 1), col = v0 + 8 * nt + 2 * t + (e & 1);
-                    store_elem(p.dh0.data, p.state_dtype, state_off<K>(p.dh0, n, hv, r, col), st[mt][nt][e]);
-                }
+            for (int e = 0; e < 4; ++e) {
+                const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
+                store_elem(p.dh0.data, p.state_dtype, state_off(p.dh0, n, hv, r, col), st[nt][e]);
+            }
     }
 }
 
@@ -580,10 +590,10 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
     const unsigned char *rec = rec_of(p, hv, slot);
     const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
     const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
-    load_tile<T, K, LDK>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid, 128);
-    load_tile<T, K, LDK>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid, 128);
-    load_tile<T, V, LDV>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid, 128);
-    load_tile<T, V, LDV>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid, 128);
+    load_tile<T, K, LDK, 128>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+    load_tile<T, K, LDK, 128>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
+    load_tile<T, V, LDV, 128>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+    load_tile<T, V, LDV, 128>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
     load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, 128);
     load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, 128);
     load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, 128);
