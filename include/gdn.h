@@ -256,14 +256,18 @@ GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
  *   in the caller's workspace (the op allocates nothing), sized by the query for the current
  *   thread count (gdn_set_num_threads). The call runs on as many threads as the workspace covers,
  *   one at least.
- *   CUDA: no kernel yet (GDN_ERR_UNSUPPORTED, "backward: no CUDA kernel yet"); its recomputed
- *   per-chunk states will come from the same workspace, so the call does not change.
+ *   CUDA (bf16 / f16 inputs, K and V of 64 or 128, f32 / bf16 states): per 64-token chunk and
+ *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B), the state
+ *   entering the chunk (K V 16-bit values), the gradient of the state leaving it (2 K V: hi and lo
+ *   parts) and the chunk's dq, dk per value head (2 x 64 K f32): 2860 B per token and value head
+ *   at K = V = 128. No allocation, no host sync, graph-capturable; bitwise repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
  * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,
  * dA_log and ddt_bias replace dg. GVA: dq and dk sum over the G value heads of a key head.
  * dA_log and ddt_bias sum over all tokens and sequences. Every element of every output is written.
- * The CPU backend is bitwise repeatable whatever the thread count. */
+ * The CPU backend is bitwise repeatable whatever the thread count; the CUDA backend for identical
+ * calls on the same GPU model. */
 typedef struct gdn_chunk_bwd_args {
     /* The forward's inputs, as given to gdn_chunk_fwd (same rules). */
     gdn_tensor q;            /* [B, T, H, K]  f32 / bf16 / f16 (f64 on the CPU: the float64 oracle) */

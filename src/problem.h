@@ -156,9 +156,9 @@ size_t gdn_cuda_chunk_fwd_workspace_min(const gdn_problem *p); /* the least the 
 gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p);
 size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
-gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *p); /* GDN_ERR_UNSUPPORTED: no kernel yet */
+gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *p);
 size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p);
-gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p); /* GDN_ERR_UNSUPPORTED: no kernel yet */
+gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p);
 
 #ifdef __cplusplus
 }

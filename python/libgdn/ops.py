@@ -5,8 +5,8 @@ Every function takes torch tensors on the CPU (CPU backend) or on a CUDA device 
 torch's current stream), passes strides through, allocates outputs and workspace with torch (so it
 works under CUDA graph capture and the caching allocator), never synchronises, and never reads
 device data on the host (see _kernels._index_args for host-resident index tensors).
-chunk_gated_delta_rule is differentiable (gdn_chunk_bwd; CPU tensors only, CUDA tensors raise
-GDNUnsupportedError in the backward); the other functions are forward only.
+chunk_gated_delta_rule is differentiable (gdn_chunk_bwd, CPU and CUDA); the other functions are
+forward only.
 Argument errors raise GDNInvalidArgumentError (a ValueError) with the library's message; valid
 calls that this build cannot run raise GDNUnsupportedError (a NotImplementedError).
 
@@ -195,9 +195,9 @@ def chunk_gated_delta_rule(
 ):
     r"""
     Gated delta rule, chunked form (prefill). Same signature and results as FLA's
-    `fla.ops.gated_delta_rule.chunk_gated_delta_rule`, differentiable on CPU tensors (gradients to
-    q, k, v, g, beta, initial_state, and A_log / dt_bias with use_gate_in_kernel; on CUDA tensors
-    the backward raises GDNUnsupportedError: no CUDA kernel yet). Any strides. On CUDA,
+    `fla.ops.gated_delta_rule.chunk_gated_delta_rule`, differentiable (gradients to q, k, v, g, beta,
+    initial_state, and A_log / dt_bias with use_gate_in_kernel; on CUDA the backward takes bf16 /
+    f16 inputs with head dims 64 or 128 and raises GDNUnsupportedError otherwise). Any strides. On CUDA,
     float32 inputs and head dim K = 256, which the chunk kernel does not take, run on the recurrent
     kernel (same results; one warning per process).
 
@@ -422,8 +422,7 @@ def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
 
 class _ChunkFunction(torch.autograd.Function):
     """The chunked forward with its backward (gdn_chunk_bwd) where the op does not carry it
-    (_op_differentiates): the forward saves its inputs only, the backward recomputes the rest. On
-    CUDA the backward raises the library's unsupported error."""
+    (_op_differentiates): the forward saves its inputs only, the backward recomputes the rest."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):
