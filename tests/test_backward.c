@@ -218,8 +218,10 @@ static gdn_status run_bwd(bw_call *k)
 }
 
 /* The call on CUDA: every tensor mirrored to the device, the workspace there (poisoned with 0xff
- * bytes), the outputs copied back to the host buffers. */
-static gdn_status run_bwd_cuda(bw_call *k)
+ * bytes), the outputs copied back to the host buffers. graph: the call is captured in a CUDA graph
+ * on a non-blocking stream (so it may not allocate, synchronize or read device data on the host),
+ * then the graph is launched. */
+static gdn_status run_bwd_cuda_graph(bw_call *k, int graph)
 {
 #ifdef GDN_WITH_CUDA
     gdn_chunk_bwd_args a = k->a;
@@ -237,7 +239,26 @@ static gdn_status run_bwd_cuda(bw_call *k)
         TU_CUDA_OK(cudaMemset(ws, 0xff, bytes));
         a.workspace = ws;
         a.workspace_bytes = bytes;
-        st = gdn_chunk_bwd(&a);
+        if (!graph) {
+            st = gdn_chunk_bwd(&a);
+        } else {
+            cudaStream_t stream;
+            cudaGraph_t g;
+            cudaGraphExec_t exec;
+            TU_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+            a.stream = stream;
+            TU_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            st = gdn_chunk_bwd(&a);
+            TU_CUDA_OK(cudaStreamEndCapture(stream, &g));
+            if (st == GDN_OK) {
+                TU_CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+                TU_CUDA_OK(cudaGraphLaunch(exec, stream));
+                TU_CUDA_OK(cudaStreamSynchronize(stream));
+                TU_CUDA_OK(cudaGraphExecDestroy(exec));
+            }
+            TU_CUDA_OK(cudaGraphDestroy(g));
+            TU_CUDA_OK(cudaStreamDestroy(stream));
+        }
     }
     if (st != GDN_OK)
         printf("    gdn_chunk_bwd (CUDA): %s (%s)\n", gdn_status_string(st), gdn_last_error());
@@ -246,9 +267,12 @@ static gdn_status run_bwd_cuda(bw_call *k)
     return st;
 #else
     (void)k;
+    (void)graph;
     return GDN_ERR_UNSUPPORTED;
 #endif
 }
+
+static gdn_status run_bwd_cuda(bw_call *k) { return run_bwd_cuda_graph(k, 0); }
 
 /* L = sum(d_o * o) + sum(dht * ht) by the forward on the call's inputs. */
 static double loss(bw_call *k)
@@ -643,7 +667,7 @@ static int test_cuda_grads(void)
     return TU_PASS;
 }
 
-/* The same CUDA call twice gives the same bits. */
+/* The same CUDA call twice gives the same bits, the second captured in a CUDA graph and replayed. */
 static int test_cuda_deterministic(void)
 {
     if (!need_gpu())
@@ -662,12 +686,13 @@ static int test_cuda_deterministic(void)
     bw_call k1, k2;
     call_init(&k1, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
     call_init(&k2, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
-    tu_expect(run_bwd_cuda(&k1) == GDN_OK && run_bwd_cuda(&k2) == GDN_OK, "gdn_chunk_bwd: %s", gdn_last_error());
+    tu_expect(run_bwd_cuda(&k1) == GDN_OK && run_bwd_cuda_graph(&k2, 1) == GDN_OK, "gdn_chunk_bwd: %s",
+              gdn_last_error());
     const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da, &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
     const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da, &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
     for (int i = 0; i < 8; i++)
         tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
-                  "output %d differs between two identical CUDA calls", i);
+                  "output %d differs between an eager and a graph-replayed CUDA call", i);
     call_free(&k1);
     call_free(&k2);
     case_free(&cs);

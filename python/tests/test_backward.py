@@ -243,11 +243,21 @@ def test_cuda_grads_match_float64(device, gen, dims):
                                           head_first=False)
     ((o.double() * wo).sum() + (ht.double() * wh).sum()).backward()
     refs = [leaf(x.double().cpu()) for x in (q, k, v, a, b, A_log, dt_bias, h0)]
-    o_ref, ht_ref = reference_fla(*refs, cu.cpu(), True)
-    ((o_ref * wo.cpu()).sum() + (ht_ref * wh.cpu()).sum()).backward()
+    g_ref = gdn_gate(refs[3], refs[5], refs[6])
+    g_ref.retain_grad()
+    o_ref, final, _ = recurrence(refs[0], refs[1], refs[2], g_ref, torch.sigmoid(refs[4]), h0=kv(refs[7], True),
+                                 cu_seqlens=cu.cpu(), use_qk_l2norm=True, keep_steps=False)
+    ((o_ref * wo.cpu()).sum() + (kv(final, True) * wh.cpu()).sum()).backward()
+    # dA_log and ddt_bias sum a term per token (dg g and da) whose signs differ, so their relative
+    # error grows with the cancellation; it is measured against the sum of the terms' magnitudes.
+    magnitude = {"A_log": (g_ref.grad * g_ref.detach()).abs().sum(dim=(0, 1)),
+                 "dt_bias": refs[3].grad.abs().sum(dim=(0, 1))}
     for name, x, r in zip(("q", "k", "v", "a", "b", "A_log", "dt_bias", "h0"), ins, refs):
         assert x.grad is not None and x.grad.dtype == x.dtype and x.grad.device.type == "cuda", name
-        err = rel_err(x.grad.cpu(), r.grad)
+        if name in magnitude:
+            err = ((x.grad.cpu().double() - r.grad).norm() / magnitude[name].norm()).item()
+        else:
+            err = rel_err(x.grad.cpu(), r.grad)
         bar = 1e-2 if name in ("a", "A_log", "dt_bias") else 5e-3
         assert err < bar, f"d{name}: rel err {err:.2e} (bar {bar:.0e})"
 
