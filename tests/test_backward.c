@@ -699,6 +699,76 @@ static int test_cuda_deterministic(void)
     return TU_PASS;
 }
 
+/* On CUDA, q, k, v read from one fused bf16 [B, T, 2 H K + HV V + pad] projection and dq, dk, dv
+ * written with its strides give the bits of the contiguous call: pad 0 keeps every row 16-byte
+ * aligned (the copy fast path), pad 1 misaligns them (element-wise loads and stores). */
+static int test_cuda_strided(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    for (int pad = 0; pad < 2; pad++) {
+        bw_cfg c = base(2, 70, 1, 2, 970 + (uint64_t)pad);
+        c.l2norm = 1;
+        c.raw = 1;
+        c.logits = 1;
+        c.h0 = 1;
+        bw_case cs;
+        case_init(&cs, &c);
+        bw_call k;
+        call_init(&k, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
+        tu_expect(run_bwd_cuda(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
+        const size_t e = 2; /* bf16 */
+        const int64_t HK = c.H * c.K, HVV = c.HV * c.V, W = 2 * HK + HVV + pad, rows = c.B * c.T;
+        unsigned char *in = tu_alloc((size_t)(rows * W) * e), *out[3];
+        for (int i = 0; i < 3; i++) {
+            out[i] = tu_alloc((size_t)(rows * W) * e);
+            tu_poison(out[i], GDN_DTYPE_BF16, (size_t)(rows * W));
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(in + (r * W) * e, (unsigned char *)k.a.q.data + (r * HK) * e, (size_t)HK * e);
+            memcpy(in + (r * W + HK) * e, (unsigned char *)k.a.k.data + (r * HK) * e, (size_t)HK * e);
+            memcpy(in + (r * W + 2 * HK) * e, (unsigned char *)k.a.v.data + (r * HVV) * e, (size_t)HVV * e);
+        }
+        bw_call f = k;
+        int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
+        int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
+        f.a.q = tu_tensor_strided(in, GDN_DTYPE_BF16, 4, sqk, st_qk);
+        f.a.k = tu_tensor_strided(in + HK * e, GDN_DTYPE_BF16, 4, sqk, st_qk);
+        f.a.v = tu_tensor_strided(in + 2 * HK * e, GDN_DTYPE_BF16, 4, sv, st_v);
+        f.a.dq = tu_tensor_strided(out[0], GDN_DTYPE_BF16, 4, sqk, st_qk);
+        f.a.dk = tu_tensor_strided(out[1] + HK * e, GDN_DTYPE_BF16, 4, sqk, st_qk);
+        f.a.dv = tu_tensor_strided(out[2] + 2 * HK * e, GDN_DTYPE_BF16, 4, sv, st_v);
+        f.a.da = out_like(k.a.da);
+        f.a.dA_log = out_like(k.a.dA_log);
+        f.a.dbeta = out_like(k.a.dbeta);
+        f.a.dh0 = out_like(k.a.dh0);
+        tu_expect(run_bwd_cuda(&f) == GDN_OK, "strided: %s", gdn_last_error());
+        int same = 1;
+        for (int64_t r = 0; r < rows; r++) {
+            same &= tu_same_bytes(out[0] + (r * W) * e, (unsigned char *)k.a.dq.data + (r * HK) * e, (size_t)HK * e);
+            same &= tu_same_bytes(out[1] + (r * W + HK) * e, (unsigned char *)k.a.dk.data + (r * HK) * e,
+                                  (size_t)HK * e);
+            same &= tu_same_bytes(out[2] + (r * W + 2 * HK) * e, (unsigned char *)k.a.dv.data + (r * HVV) * e,
+                                  (size_t)HVV * e);
+        }
+        tu_expect(same, "pad %d: strided dq / dk / dv differ from the contiguous call", pad);
+        tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * e) &&
+                      tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * e) &&
+                      tu_same_bytes(f.a.dh0.data, k.a.dh0.data, (size_t)cs.ns * sizeof(float)),
+                  "pad %d: strided da / dbeta / dh0 differ", pad);
+        free(f.a.da.data);
+        free(f.a.dA_log.data);
+        free(f.a.dbeta.data);
+        free(f.a.dh0.data);
+        free(in);
+        for (int i = 0; i < 3; i++)
+            free(out[i]);
+        call_free(&k);
+        case_free(&cs);
+    }
+    return TU_PASS;
+}
+
 /* Outside the CUDA backward's limits: a clear GDN_ERR_UNSUPPORTED, outputs untouched. */
 static int test_cuda_limits(void)
 {
@@ -931,6 +1001,7 @@ int main(int argc, char **argv)
         {"validation", test_validation},
         {"cuda_grads", test_cuda_grads},
         {"cuda_deterministic", test_cuda_deterministic},
+        {"cuda_strided", test_cuda_strided},
         {"cuda_limits", test_cuda_limits},
     };
     return tu_main(tests, TU_COUNT(tests), argc, argv);
