@@ -27,7 +27,7 @@ import fla.ops.common.chunk_o as fla_chunk_o
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from fla_prefill import make_inputs, random_lengths  # noqa: E402
+from fla_prefill import make_inputs, random_lengths, time_ms  # noqa: E402
 
 fla_chunk_o.TRITON_ABOVE_3_7_1 = True
 
@@ -40,17 +40,8 @@ SHAPES = [
 ]
 
 
-def median_ms(fn, iters=20, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in ev)[iters // 2]
+def median_ms(fn):
+    return time_ms(fn, graph=False)[0]  # autograd calls: eager only
 
 
 def timings(f, q, k, v, g, beta, do, **extra):

@@ -52,8 +52,9 @@ def make_inputs(B, T, H, HV, seed=0):
     return q, k, v, g, beta
 
 
-def time_ms(fn, iters=20, warm=3):
-    """Median of per-call event timings, eagerly; and under graph replay (None if capture fails)."""
+def time_ms(fn, iters=20, warm=3, graph=True):
+    """Median of per-call event timings, eagerly; and under graph replay (None if capture fails or
+    graph is False)."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -65,6 +66,8 @@ def time_ms(fn, iters=20, warm=3):
     torch.cuda.synchronize()
     eager = sorted(a.elapsed_time(b) for a, b in ev)[iters // 2]
     graph_ms = None
+    if not graph:
+        return eager, graph_ms
     try:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

@@ -699,73 +699,85 @@ static int test_cuda_deterministic(void)
     return TU_PASS;
 }
 
-/* On CUDA, q, k, v read from one fused bf16 [B, T, 2 H K + HV V + pad] projection and dq, dk, dv
- * written with its strides give the bits of the contiguous call: pad 0 keeps every row 16-byte
- * aligned (the copy fast path), pad 1 misaligns them (element-wise loads and stores). */
+/* q, k, v read from one fused [B, T, 2 H K + HV V + pad] projection, and dq, dk, dv written with
+ * that projection's strides (each into a buffer of its own: outputs must not share an address
+ * range), give the bits of the contiguous call. f32 on the CPU; bf16 on CUDA (cuda), where pad 0
+ * keeps every row 16-byte aligned (the copy fast path) and pad 1 misaligns them (element-wise loads
+ * and stores). */
+static void check_strided(gdn_dtype dt, int cuda, int pad, uint64_t seed)
+{
+    bw_cfg c = base(2, 70, 1, 2, seed);
+    c.l2norm = 1;
+    c.raw = 1;
+    c.logits = 1;
+    c.h0 = 1;
+    bw_case cs;
+    case_init(&cs, &c);
+    bw_call k;
+    call_init(&k, &cs, dt, GDN_DTYPE_F32, dt);
+    gdn_status (*run)(bw_call *) = cuda ? run_bwd_cuda : run_bwd;
+    tu_expect(run(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
+    const size_t e = gdn_dtype_size(dt);
+    const int64_t HK = c.H * c.K, HVV = c.HV * c.V, W = 2 * HK + HVV + pad, rows = c.B * c.T;
+    unsigned char *in = tu_alloc((size_t)(rows * W) * e), *out[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = tu_alloc((size_t)(rows * W) * e);
+        tu_poison(out[i], dt, (size_t)(rows * W));
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(in + (r * W) * e, (unsigned char *)k.a.q.data + (r * HK) * e, (size_t)HK * e);
+        memcpy(in + (r * W + HK) * e, (unsigned char *)k.a.k.data + (r * HK) * e, (size_t)HK * e);
+        memcpy(in + (r * W + 2 * HK) * e, (unsigned char *)k.a.v.data + (r * HVV) * e, (size_t)HVV * e);
+    }
+    bw_call f = k;
+    int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
+    int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
+    f.a.q = tu_tensor_strided(in, dt, 4, sqk, st_qk);
+    f.a.k = tu_tensor_strided(in + HK * e, dt, 4, sqk, st_qk);
+    f.a.v = tu_tensor_strided(in + 2 * HK * e, dt, 4, sv, st_v);
+    f.a.dq = tu_tensor_strided(out[0], dt, 4, sqk, st_qk);
+    f.a.dk = tu_tensor_strided(out[1] + HK * e, dt, 4, sqk, st_qk);
+    f.a.dv = tu_tensor_strided(out[2] + 2 * HK * e, dt, 4, sv, st_v);
+    f.a.da = out_like(k.a.da);
+    f.a.dA_log = out_like(k.a.dA_log);
+    f.a.dbeta = out_like(k.a.dbeta);
+    f.a.dh0 = out_like(k.a.dh0);
+    tu_expect(run(&f) == GDN_OK, "strided: %s", gdn_last_error());
+    int same = 1;
+    for (int64_t r = 0; r < rows; r++) {
+        same &= tu_same_bytes(out[0] + (r * W) * e, (unsigned char *)k.a.dq.data + (r * HK) * e, (size_t)HK * e);
+        same &= tu_same_bytes(out[1] + (r * W + HK) * e, (unsigned char *)k.a.dk.data + (r * HK) * e, (size_t)HK * e);
+        same &= tu_same_bytes(out[2] + (r * W + 2 * HK) * e, (unsigned char *)k.a.dv.data + (r * HVV) * e,
+                              (size_t)HVV * e);
+    }
+    tu_expect(same, "pad %d: strided dq / dk / dv differ from the contiguous call", pad);
+    tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * e) &&
+                  tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * e) &&
+                  tu_same_bytes(f.a.dh0.data, k.a.dh0.data, (size_t)cs.ns * sizeof(float)),
+              "pad %d: strided da / dbeta / dh0 differ", pad);
+    free(f.a.da.data);
+    free(f.a.dA_log.data);
+    free(f.a.dbeta.data);
+    free(f.a.dh0.data);
+    free(in);
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
+    call_free(&k);
+    case_free(&cs);
+}
+
+static int test_strided(void)
+{
+    check_strided(GDN_DTYPE_F32, 0, 0, 850);
+    return TU_PASS;
+}
+
 static int test_cuda_strided(void)
 {
     if (!need_gpu())
         return TU_SKIP;
-    for (int pad = 0; pad < 2; pad++) {
-        bw_cfg c = base(2, 70, 1, 2, 970 + (uint64_t)pad);
-        c.l2norm = 1;
-        c.raw = 1;
-        c.logits = 1;
-        c.h0 = 1;
-        bw_case cs;
-        case_init(&cs, &c);
-        bw_call k;
-        call_init(&k, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
-        tu_expect(run_bwd_cuda(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
-        const size_t e = 2; /* bf16 */
-        const int64_t HK = c.H * c.K, HVV = c.HV * c.V, W = 2 * HK + HVV + pad, rows = c.B * c.T;
-        unsigned char *in = tu_alloc((size_t)(rows * W) * e), *out[3];
-        for (int i = 0; i < 3; i++) {
-            out[i] = tu_alloc((size_t)(rows * W) * e);
-            tu_poison(out[i], GDN_DTYPE_BF16, (size_t)(rows * W));
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            memcpy(in + (r * W) * e, (unsigned char *)k.a.q.data + (r * HK) * e, (size_t)HK * e);
-            memcpy(in + (r * W + HK) * e, (unsigned char *)k.a.k.data + (r * HK) * e, (size_t)HK * e);
-            memcpy(in + (r * W + 2 * HK) * e, (unsigned char *)k.a.v.data + (r * HVV) * e, (size_t)HVV * e);
-        }
-        bw_call f = k;
-        int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
-        int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
-        f.a.q = tu_tensor_strided(in, GDN_DTYPE_BF16, 4, sqk, st_qk);
-        f.a.k = tu_tensor_strided(in + HK * e, GDN_DTYPE_BF16, 4, sqk, st_qk);
-        f.a.v = tu_tensor_strided(in + 2 * HK * e, GDN_DTYPE_BF16, 4, sv, st_v);
-        f.a.dq = tu_tensor_strided(out[0], GDN_DTYPE_BF16, 4, sqk, st_qk);
-        f.a.dk = tu_tensor_strided(out[1] + HK * e, GDN_DTYPE_BF16, 4, sqk, st_qk);
-        f.a.dv = tu_tensor_strided(out[2] + 2 * HK * e, GDN_DTYPE_BF16, 4, sv, st_v);
-        f.a.da = out_like(k.a.da);
-        f.a.dA_log = out_like(k.a.dA_log);
-        f.a.dbeta = out_like(k.a.dbeta);
-        f.a.dh0 = out_like(k.a.dh0);
-        tu_expect(run_bwd_cuda(&f) == GDN_OK, "strided: %s", gdn_last_error());
-        int same = 1;
-        for (int64_t r = 0; r < rows; r++) {
-            same &= tu_same_bytes(out[0] + (r * W) * e, (unsigned char *)k.a.dq.data + (r * HK) * e, (size_t)HK * e);
-            same &= tu_same_bytes(out[1] + (r * W + HK) * e, (unsigned char *)k.a.dk.data + (r * HK) * e,
-                                  (size_t)HK * e);
-            same &= tu_same_bytes(out[2] + (r * W + 2 * HK) * e, (unsigned char *)k.a.dv.data + (r * HVV) * e,
-                                  (size_t)HVV * e);
-        }
-        tu_expect(same, "pad %d: strided dq / dk / dv differ from the contiguous call", pad);
-        tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * e) &&
-                      tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * e) &&
-                      tu_same_bytes(f.a.dh0.data, k.a.dh0.data, (size_t)cs.ns * sizeof(float)),
-                  "pad %d: strided da / dbeta / dh0 differ", pad);
-        free(f.a.da.data);
-        free(f.a.dA_log.data);
-        free(f.a.dbeta.data);
-        free(f.a.dh0.data);
-        free(in);
-        for (int i = 0; i < 3; i++)
-            free(out[i]);
-        call_free(&k);
-        case_free(&cs);
-    }
+    check_strided(GDN_DTYPE_BF16, 1, 0, 970);
+    check_strided(GDN_DTYPE_BF16, 1, 1, 971);
     return TU_PASS;
 }
 
@@ -823,70 +835,6 @@ static int test_deterministic(void)
     return TU_PASS;
 }
 
-/* q, k, v read from one fused [B, T, 2 H K + HV V] projection, and dq, dk, dv written with that
- * projection's strides (each into a buffer of its own: outputs must not share an address range), give
- * the bits of the contiguous call. */
-static int test_strided(void)
-{
-    bw_cfg c = base(2, 70, 1, 2, 850);
-    c.l2norm = 1;
-    c.raw = 1;
-    c.logits = 1;
-    bw_case cs;
-    case_init(&cs, &c);
-    bw_call k;
-    call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
-    tu_expect(run_bwd(&k) == GDN_OK, "contiguous: %s", gdn_last_error());
-    const int64_t HK = c.H * c.K, W = 2 * HK + c.HV * c.V, rows = c.B * c.T;
-    float *in = tu_alloc((size_t)(rows * W) * sizeof(float)), *out[3];
-    for (int i = 0; i < 3; i++) {
-        out[i] = tu_alloc((size_t)(rows * W) * sizeof(float));
-        tu_poison(out[i], GDN_DTYPE_F32, (size_t)(rows * W));
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        memcpy(in + r * W, (float *)k.a.q.data + r * HK, (size_t)HK * sizeof(float));
-        memcpy(in + r * W + HK, (float *)k.a.k.data + r * HK, (size_t)HK * sizeof(float));
-        memcpy(in + r * W + 2 * HK, (float *)k.a.v.data + r * c.HV * c.V, (size_t)(c.HV * c.V) * sizeof(float));
-    }
-    bw_call f = k;
-    int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
-    int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
-    f.a.q = tu_tensor_strided(in, GDN_DTYPE_F32, 4, sqk, st_qk);
-    f.a.k = tu_tensor_strided(in + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
-    f.a.v = tu_tensor_strided(in + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
-    f.a.dq = tu_tensor_strided(out[0], GDN_DTYPE_F32, 4, sqk, st_qk);
-    f.a.dk = tu_tensor_strided(out[1] + HK, GDN_DTYPE_F32, 4, sqk, st_qk);
-    f.a.dv = tu_tensor_strided(out[2] + 2 * HK, GDN_DTYPE_F32, 4, sv, st_v);
-    f.a.da = out_like(k.a.da);
-    f.a.dA_log = out_like(k.a.dA_log);
-    f.a.dbeta = out_like(k.a.dbeta);
-    tu_expect(gdn_chunk_bwd(&f.a) == GDN_OK, "strided: %s", gdn_last_error());
-    int same = 1;
-    for (int64_t r = 0; r < rows; r++) {
-        same &= tu_same_bytes(out[0] + r * W, (float *)k.a.dq.data + r * HK, (size_t)HK * sizeof(float));
-        same &= tu_same_bytes(out[1] + r * W + HK, (float *)k.a.dk.data + r * HK, (size_t)HK * sizeof(float));
-        same &= tu_same_bytes(out[2] + r * W + 2 * HK, (float *)k.a.dv.data + r * c.HV * c.V,
-                              (size_t)(c.HV * c.V) * sizeof(float));
-    }
-    tu_expect(same, "strided dq / dk / dv differ from the contiguous call");
-    tu_expect(tu_same_bytes(f.a.da.data, k.a.da.data, (size_t)cs.ng * sizeof(float)) &&
-                  tu_same_bytes(f.a.dbeta.data, k.a.dbeta.data, (size_t)cs.ng * sizeof(float)),
-              "strided da / dbeta differ");
-    free(f.a.da.data);
-    free(f.a.dA_log.data);
-    free(f.a.dbeta.data);
-    free(in);
-    for (int i = 0; i < 3; i++)
-        free(out[i]);
-    call_free(&k);
-    case_free(&cs);
-    return TU_PASS;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Validation                                                                                  */
-
-/* Expects `st` with a message containing `needle`, and every output still poisoned. */
 static void expect_error(const gdn_chunk_bwd_args *k, gdn_status st, gdn_status want, const char *needle,
                          const char *label)
 {

@@ -284,17 +284,10 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
         }
     }
     if (warp == 0) {
-        const float g0 = glog[2 * lane], g1 = glog[2 * lane + 1];
-        float s = g0 + g1;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float u = __shfl_up_sync(0xffffffffu, s, off);
-            if (lane >= off)
-                s += u;
-        }
+        const float2 cs = gdn_chunk::warp_cumsum_pairs(glog[2 * lane], glog[2 * lane + 1], lane);
         __syncwarp();
-        glog[2 * lane] = s - g1;
-        glog[2 * lane + 1] = s;
+        glog[2 * lane] = cs.x;
+        glog[2 * lane + 1] = cs.y;
     }
     __syncthreads();
     if (tid < C) {
@@ -476,13 +469,6 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
             zero_acc(acc);
             warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
             store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
-            __syncthreads();
-#pragma unroll
-            for (int nt = 0; nt < SNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    st[nt][e] *= gC;
-            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
         } else {
             /* dVn = cu Z + Pm^T dO */
 #pragma unroll
@@ -523,15 +509,17 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
                         dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
                 }
             store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
-            __syncthreads();
-#pragma unroll
-            for (int nt = 0; nt < SNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    st[nt][e] *= gC;
-            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
-            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
         }
+        /* S' = gC S + K^T U (U = cu Vn), or dS = gC dS' + Q^T O2 + K^T U (U = -ck dX, O2 = cq dO). */
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                st[nt][e] *= gC;
+        if (rev)
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
+        warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
         __syncthreads(); /* the tiles and Sb are rewritten next step */
     }
     if (rev && p.dh0.data) {

@@ -183,6 +183,23 @@ __device__ __forceinline__ void unit_sync(int bar)
         bar_sync(bar, 128);
 }
 
+/* Inclusive cumsum of 64 values held in pairs (g0, g1) by the 32 lanes of a warp: the sums up to
+ * and including each of the lane's two values. */
+__device__ __forceinline__ float2 warp_cumsum_pairs(float g0, float g1, int lane)
+{
+    float s = g0 + g1;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const float u = __shfl_up_sync(0xffffffffu, s, off);
+        if (lane >= off)
+            s += u;
+    }
+    float ex = __shfl_up_sync(0xffffffffu, s, 1);
+    if (lane == 0)
+        ex = 0.f;
+    return make_float2(ex + g0, s);
+}
+
 /* GROUPED = false: one head per CTA, nh = 1 at compile time: the head loops of the grouped kernel
  * cost time at shapes without GVA. */
 /* A chunk_prep work item: the chunk in slot `slot` of value heads hv0 .. hv0 + nh - 1 (nh divides
@@ -416,19 +433,9 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
 
     /* Inclusive cumsum of the log decays: warp w for head w, two tokens per lane. */
     if (warp < nh) {
-        const float g0 = graw[warp * C + 2 * lane], g1 = graw[warp * C + 2 * lane + 1];
-        float s = g0 + g1;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float u = __shfl_up_sync(0xffffffffu, s, off);
-            if (lane >= off)
-                s += u;
-        }
-        float ex = __shfl_up_sync(0xffffffffu, s, 1);
-        if (lane == 0)
-            ex = 0.f;
-        gam[warp * C + 2 * lane] = ex + g0;
-        gam[warp * C + 2 * lane + 1] = s;
+        const float2 cs = warp_cumsum_pairs(graw[warp * C + 2 * lane], graw[warp * C + 2 * lane + 1], lane);
+        gam[warp * C + 2 * lane] = cs.x;
+        gam[warp * C + 2 * lane + 1] = cs.y;
     }
 
     /* K K^T and Q K^T: warp w computes rows 16w .. 16w + 15, only the column blocks on and below
