@@ -101,7 +101,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *bp)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld (CUDA backward: 64 or 128)", (long long)p->V);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 64) > INT32_MAX)
+    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / CHAIN_VS) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA backward's grid",
                              (long long)p->T, (long long)p->HV);
     return GDN_OK;
@@ -163,14 +163,13 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.dqn = reinterpret_cast<float *>(ws + w.dqn);
     prm.dkn = reinterpret_cast<float *>(ws + w.dkn);
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
-    if (p->N == 0 || p->HV == 0) {
-        /* No sequence: only the gate-parameter sums exist, and they are zero. */
-        gdn_status st = GDN_OK;
-        if (bp->dA_log.data)
-            st = gdn_cuda_check(cudaMemsetAsync(bp->dA_log.data, 0, (size_t)p->HV * 4, stream), "dA_log");
-        if (st == GDN_OK && bp->ddt_bias.data)
-            st = gdn_cuda_check(cudaMemsetAsync(bp->ddt_bias.data, 0, (size_t)p->HV * 4, stream), "ddt_bias");
-        return st;
+    if (p->HV == 0)
+        return GDN_OK;
+    if (p->N == 0) {
+        /* No sequence (the API asks N >= 1; this keeps the backend whole on its own): only the
+         * gate-parameter sums exist, zeros written through their strides by bwd_gate over no slots. */
+        prm.slots = 0;
+        return prm.a.data ? launch(bwd_gate_kernel, dim3((unsigned)prm.HV), 256, 0, stream, prm, "bwd_gate") : GDN_OK;
     }
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

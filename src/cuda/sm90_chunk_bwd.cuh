@@ -18,8 +18,7 @@
  *              record: dq and dk in the normalised space (per value head, f32, to the workspace),
  *              dg or da, dbeta, the gate-parameter partials.
  *   bwd_qk     per (chunk slot, key head): the sum over the group's value heads, the L2-norm
- *              backward, dq and dk. (Writing them from bwd_grad when G = 1 measured slower:
- *              dev/backward/README.md.)
+ *              backward, dq and dk.
  *   bwd_gate   per value head: dA_log and ddt_bias from the partials, in slot order.
  */
 #ifndef GDN_SM90_CHUNK_BWD_CUH
@@ -120,7 +119,9 @@ __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
     l.n = n;
     l.c = (int)(slot - slot0);
     const int64_t rest = len - (int64_t)l.c * C;
-    l.cl = rest <= 0 ? 0 : (rest < C ? (int)rest : C);
+    /* c < 0 only with cu_seqlens that are not monotone (unchecked on the device): no chunk there,
+     * as in the forward's prep_locate. */
+    l.cl = l.c < 0 || rest <= 0 ? 0 : (rest < C ? (int)rest : C);
     l.t0 = bos + (int64_t)l.c * C;
     return l;
 }
@@ -279,8 +280,9 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
             sk += __shfl_xor_sync(0xffffffffu, sk, off);
         }
         if (lane == 0) {
-            rq[r] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
-            rk[r] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+            /* chunk_prep's expression, so that forward and backward normalise identically */
+            rq[r] = p.l2norm ? 1.f / sqrtf(sq + 1e-6f) : 1.f;
+            rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
         }
     }
     if (warp == 0) {
@@ -884,7 +886,8 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
                 const float A = expf(p.A_log[hv]);
                 const float dx = dgt * -A * slope;
                 store_elem(p.da.data, p.da.dtype, L.row * p.da.s[0] + tok * p.da.s[1] + hv * p.da.s[2], dx);
-                pa += dgt * gate_log_decay(xin, 0.f, p.A_log[hv], p.sp_beta, p.sp_threshold);
+                if (dgt != 0.f) /* a floored token adds nothing, even where g itself overflows to -inf */
+                    pa += dgt * gate_log_decay(xin, 0.f, p.A_log[hv], p.sp_beta, p.sp_threshold);
                 pb += dx;
             }
         }
@@ -940,7 +943,7 @@ __global__ void __launch_bounds__(128) bwd_qk_kernel(const BwdParams p)
                 dot += __shfl_xor_sync(0xffffffffu, dot, off);
             }
             /* dx = r (dxh - xh (xh . dxh)) with xh = r x, r = (sum x^2 + 1e-6)^-1/2. */
-            const float r = p.l2norm ? rsqrtf(ss + 1e-6f) : 1.f;
+            const float r = p.l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f;
             const float proj = p.l2norm ? r * r * dot : 0.f;
             T *dp = static_cast<T *>(dx.data) + L.row * dx.s[0] + tok * dx.s[1] + h * dx.s[2];
 #pragma unroll
