@@ -598,6 +598,16 @@ static int test_dtypes(void)
     return TU_PASS;
 }
 
+/* Every gradient of two calls on the same inputs has the same bits. */
+static void expect_same_grads(const bw_call *x, const bw_call *y, const char *between)
+{
+    const gdn_tensor *a[] = {&x->a.dq, &x->a.dk, &x->a.dv, &x->a.da, &x->a.dA_log, &x->a.ddt_bias, &x->a.dbeta, &x->a.dh0};
+    const gdn_tensor *b[] = {&y->a.dq, &y->a.dk, &y->a.dv, &y->a.da, &y->a.dA_log, &y->a.ddt_bias, &y->a.dbeta, &y->a.dh0};
+    for (int i = 0; i < 8; i++)
+        tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
+                  "output %d differs between %s", i, between);
+}
+
 static int need_gpu(void)
 {
     const char *why = tu_cuda_unavailable();
@@ -688,11 +698,7 @@ static int test_cuda_deterministic(void)
     call_init(&k2, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
     tu_expect(run_bwd_cuda(&k1) == GDN_OK && run_bwd_cuda_graph(&k2, 1) == GDN_OK, "gdn_chunk_bwd: %s",
               gdn_last_error());
-    const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da, &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
-    const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da, &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
-    for (int i = 0; i < 8; i++)
-        tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
-                  "output %d differs between an eager and a graph-replayed CUDA call", i);
+    expect_same_grads(&k1, &k2, "an eager and a graph-replayed CUDA call");
     call_free(&k1);
     call_free(&k2);
     case_free(&cs);
@@ -822,13 +828,7 @@ static int test_deterministic(void)
     gdn_set_num_threads(4);
     tu_expect(run_bwd(&k2) == GDN_OK, "4 threads: %s", gdn_last_error());
     gdn_set_num_threads(threads);
-    const gdn_tensor *a[] = {&k1.a.dq, &k1.a.dk, &k1.a.dv, &k1.a.da,
-                             &k1.a.dA_log, &k1.a.ddt_bias, &k1.a.dbeta, &k1.a.dh0};
-    const gdn_tensor *b[] = {&k2.a.dq, &k2.a.dk, &k2.a.dv, &k2.a.da,
-                             &k2.a.dA_log, &k2.a.ddt_bias, &k2.a.dbeta, &k2.a.dh0};
-    for (int i = 0; i < 8; i++)
-        tu_expect(tu_same_bytes(a[i]->data, b[i]->data, tu_numel(a[i]) * gdn_dtype_size(a[i]->dtype)),
-                  "output %d differs between 1 and 4 threads", i);
+    expect_same_grads(&k1, &k2, "1 and 4 threads");
     call_free(&k1);
     call_free(&k2);
     case_free(&cs);
