@@ -27,7 +27,7 @@ import fla.ops.common.chunk_o as fla_chunk_o
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from fla_prefill import make_inputs, random_lengths, time_ms  # noqa: E402
+from fla_prefill import make_inputs, time_ms, varlen_cu  # noqa: E402
 
 fla_chunk_o.TRITON_ABOVE_3_7_1 = True
 
@@ -71,8 +71,7 @@ def bench(out, only=None):
             continue
         cu = cu_cpu = None
         if nseq:
-            cu_cpu = torch.tensor([0] + random_lengths(nseq)).cumsum(0)
-            T = int(cu_cpu[-1])
+            cu_cpu, T = varlen_cu(nseq)
             cu = cu_cpu.cuda()
         q, k, v, g, beta = make_inputs(B, T, H, HV)
         beta = beta.bfloat16()

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import libgdn
 from fla.ops.kda import chunk_kda as fla_kda
-from fla_prefill import random_lengths, rel, time_ms
+from fla_prefill import rel, time_ms, varlen_cu
 
 D = 128
 SHAPES = [
@@ -104,8 +104,7 @@ def bench(out, only=None):
             continue
         cu = cu_cpu = None
         if nseq:
-            cu_cpu = torch.tensor([0] + random_lengths(nseq)).cumsum(0)
-            T = int(cu_cpu[-1])
+            cu_cpu, T = varlen_cu(nseq)
             cu = cu_cpu.to(device="cuda", dtype=torch.int32)
         args, kw, _ = make_inputs(B, T, H, gate)
         kw["cu_seqlens"] = cu

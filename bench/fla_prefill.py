@@ -42,6 +42,13 @@ def random_lengths(n):
     return out
 
 
+def varlen_cu(nseq, fixed=0):
+    """cu_seqlens on the host (int64) of nseq sequences of length fixed (0: random_lengths), and T."""
+    lens = [fixed] * nseq if fixed else random_lengths(nseq)
+    cu_cpu = torch.tensor([0] + lens).cumsum(0)
+    return cu_cpu, int(cu_cpu[-1])
+
+
 def make_inputs(B, T, H, HV, seed=0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, T, H, D, device="cuda", generator=gen).bfloat16()
@@ -99,9 +106,7 @@ def bench(ours_c, out, only=None):
             continue
         cu = cu_cpu = None
         if nseq:
-            lens = [fixed] * nseq if fixed else random_lengths(nseq)
-            cu_cpu = torch.tensor([0] + lens).cumsum(0)
-            T = int(cu_cpu[-1])
+            cu_cpu, T = varlen_cu(nseq, fixed)
             cu = cu_cpu.cuda()
         q, k, v, g, beta = make_inputs(B, T, H, HV)
         kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
