@@ -627,7 +627,8 @@ static int test_cuda_grads(void)
         return TU_SKIP;
     const int64_t dims[4][2] = {{64, 64}, {128, 128}, {64, 128}, {128, 64}};
     for (int d = 0; d < 4; d++) {
-        bw_cfg c = base(2, 150, 2, 4, 900 + (uint64_t)d);
+        /* GVA (dq, dk through bwd_qk) for the first two, none (written by bwd_grad) for the others */
+        bw_cfg c = base(2, 150, d < 2 ? 2 : 4, 4, 900 + (uint64_t)d);
         c.K = dims[d][0];
         c.V = dims[d][1];
         c.l2norm = 1;
@@ -667,6 +668,19 @@ static int test_cuda_grads(void)
         c.h0 = 1;
         c.dht = 1;
         c.l2norm = 1;
+        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+    }
+    for (int d = 0; d < 2; d++) {
+        /* Many (sequence, value head) chains of uneven lengths side by side (several chain
+         * CTAs per SM), GVA 4x and 3x, K = V = 128 and 64. */
+        bw_cfg c = base(1, 0, d ? 3 : 2, d ? 9 : 8, 945 + (uint64_t)d);
+        c.K = c.V = d ? 64 : 128;
+        c.nseq = 4;
+        int32_t lens[4] = {130, 64, 1, 200};
+        memcpy(c.seqlens, lens, sizeof lens);
+        c.l2norm = 1;
+        c.h0 = 1;
+        c.dht = 1;
         check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
     }
     {
@@ -709,10 +723,10 @@ static int test_cuda_deterministic(void)
  * that projection's strides (each into a buffer of its own: outputs must not share an address
  * range), give the bits of the contiguous call. f32 on the CPU; bf16 on CUDA (cuda), where pad 0
  * keeps every row 16-byte aligned (the copy fast path) and pad 1 misaligns them (element-wise loads
- * and stores). */
-static void check_strided(gdn_dtype dt, int cuda, int pad, uint64_t seed)
+ * and stores). HV = 2 (GVA) or 1: the CUDA backward writes dq and dk from different passes. */
+static void check_strided(gdn_dtype dt, int cuda, int pad, int64_t HV, uint64_t seed)
 {
-    bw_cfg c = base(2, 70, 1, 2, seed);
+    bw_cfg c = base(2, 70, 1, HV, seed);
     c.l2norm = 1;
     c.raw = 1;
     c.logits = 1;
@@ -774,7 +788,7 @@ static void check_strided(gdn_dtype dt, int cuda, int pad, uint64_t seed)
 
 static int test_strided(void)
 {
-    check_strided(GDN_DTYPE_F32, 0, 0, 850);
+    check_strided(GDN_DTYPE_F32, 0, 0, 2, 850);
     return TU_PASS;
 }
 
@@ -782,8 +796,10 @@ static int test_cuda_strided(void)
 {
     if (!need_gpu())
         return TU_SKIP;
-    check_strided(GDN_DTYPE_BF16, 1, 0, 970);
-    check_strided(GDN_DTYPE_BF16, 1, 1, 971);
+    for (int hv = 1; hv <= 2; hv++) {
+        check_strided(GDN_DTYPE_BF16, 1, 0, hv, 970 + 2 * (uint64_t)hv);
+        check_strided(GDN_DTYPE_BF16, 1, 1, hv, 971 + 2 * (uint64_t)hv);
+    }
     return TU_PASS;
 }
 

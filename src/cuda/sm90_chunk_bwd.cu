@@ -4,8 +4,8 @@
  *
  * Storage: the forward saves nothing. The backward recomputes, per (chunk slot, value head), a
  * record (19200 B), the state entering the chunk (K V 16-bit values), the gradient of the state
- * leaving it (2 K V: hi and lo parts) and the chunk's dq, dk per value head (C K f32 each): per
- * token and value head at K = V = 128, 2860 B of workspace. Chunk slots follow the forward's map (varlen:
+ * leaving it (2 K V: hi and lo parts) and, with GVA, the chunk's dq, dk per value head (C K f32
+ * each): per token and value head at K = V = 128, 2860 B of workspace with GVA, 1836 B without. Chunk slots follow the forward's map (varlen:
  * sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device only.
  * No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
@@ -33,7 +33,8 @@ static WsPlan plan_ws(const gdn_problem *p)
     w.rec = 0;
     w.S = w.rec + align256(units * REC_BYTES);
     w.dS = w.S + align256(units * (size_t)(p->K * p->V) * 2);
-    const size_t qk = units * (size_t)(C * p->K) * 4;
+    /* dq, dk per value head only with GVA: without it bwd_grad writes them itself. */
+    const size_t qk = p->G > 1 ? units * (size_t)(C * p->K) * 4 : 0;
     w.dqn = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
     w.dkn = w.dqn + align256(qk);
     w.gpart = w.dkn + align256(qk);
@@ -66,11 +67,11 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), 2), CHAIN_THREADS,
                      ChainSmem<T, K>::BYTES, stream, prm, "bwd_chain")) != GDN_OK)
         return st;
-    if ((st = launch(bwd_grad_kernel<T, K, V>, dim3(units), 128, GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) !=
+    if ((st = launch(bwd_grad_kernel<T, K, V>, dim3(units), GRAD_THREADS, GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) !=
         GDN_OK)
         return st;
-    if ((st = launch(bwd_qk_kernel<T, K>, dim3((unsigned)(prm.slots * prm.H)), 128, 0, stream, prm, "bwd_qk")) !=
-        GDN_OK)
+    if (prm.G > 1 &&
+        (st = launch(bwd_qk_kernel<T, K>, dim3((unsigned)(prm.slots * prm.H)), 128, 0, stream, prm, "bwd_qk")) != GDN_OK)
         return st;
     if (prm.a.data)
         return launch(bwd_gate_kernel, dim3((unsigned)prm.HV), 256, 0, stream, prm, "bwd_gate");

@@ -15,10 +15,11 @@
  *              chain stores S entering every chunk; the reverse chain stores dS' leaving every chunk,
  *              writes dv and dh0. Both are independent given the records, so they run side by side.
  *   bwd_grad   per (chunk slot, value head): everything else of the chunk from S, dS' and the
- *              record: dq and dk in the normalised space (per value head, f32, to the workspace),
- *              dg or da, dbeta, the gate-parameter partials.
- *   bwd_qk     per (chunk slot, key head): the sum over the group's value heads, the L2-norm
- *              backward, dq and dk.
+ *              record: dg or da, dbeta, the gate-parameter partials, and dq, dk: without GVA
+ *              through the L2-norm backward to the outputs, with it in the normalised space
+ *              (per value head, f32, to the workspace).
+ *   bwd_qk     with GVA, per (chunk slot, key head): the sum over the group's value heads, the
+ *              L2-norm backward, dq and dk.
  *   bwd_gate   per value head: dA_log and ddt_bias from the partials, in slot order.
  */
 #ifndef GDN_SM90_CHUNK_BWD_CUH
@@ -538,21 +539,78 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
 /* ------------------------------------------------------------------------------------------ */
 /* bwd_grad                                                                                    */
 
+/* Without GVA (G = 1) bwd_grad finishes dq and dk itself: dx = r (dxn - xn (xn . dxn)) with xn = r x
+ * (r = 1 without the L2 norm), on the warp's key columns cc .. cc + K / 2 of rows i0, i1; the row
+ * dots over both column halves meet in dotp ([2][C]), summed in a fixed order. Every thread of the
+ * CTA calls it (one barrier). */
+template <typename T, int NKH, int LDK>
+__device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T *Xs, const float *r, float *dotp,
+                                              int half, int cc, int i0, int i1, int t, int cl, const gdn_view &dx,
+                                              int64_t row, int64_t t0, int64_t head, bool l2norm)
+{
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NKH; ++nt) {
+        const int d = cc + 8 * nt + 2 * t;
+        s0 += gdn_to_f32(Xs[i0 * LDK + d]) * gx[nt][0] + gdn_to_f32(Xs[i0 * LDK + d + 1]) * gx[nt][1];
+        s1 += gdn_to_f32(Xs[i1 * LDK + d]) * gx[nt][2] + gdn_to_f32(Xs[i1 * LDK + d + 1]) * gx[nt][3];
+    }
+    s0 = row_sum4(s0);
+    s1 = row_sum4(s1);
+    if (t == 0) {
+        dotp[half * C + i0] = s0;
+        dotp[half * C + i1] = s1;
+    }
+    __syncthreads();
+    const float r0 = r[i0], r1 = r[i1];
+    const float p0 = l2norm ? r0 * r0 * (dotp[i0] + dotp[C + i0]) : 0.f;
+    const float p1 = l2norm ? r1 * r1 * (dotp[i1] + dotp[C + i1]) : 0.f;
+    T *base = static_cast<T *>(dx.data) + row * dx.s[0] + t0 * dx.s[1] + head * dx.s[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int i = hr ? i1 : i0;
+        if (i >= cl)
+            continue;
+        const float ri = hr ? r1 : r0, pi = hr ? p1 : p0;
+#pragma unroll
+        for (int nt = 0; nt < NKH; ++nt) {
+            const int d = cc + 8 * nt + 2 * t;
+            const float a = ri * (gx[nt][2 * hr] - gdn_to_f32(Xs[i * LDK + d]) * pi);
+            const float b = ri * (gx[nt][2 * hr + 1] - gdn_to_f32(Xs[i * LDK + d + 1]) * pi);
+            T *dst = base + i * dx.s[1] + d * dx.s[3];
+            if (dx.s[3] == 1 && ((uintptr_t)dst & 3) == 0) {
+                *reinterpret_cast<uint32_t *>(dst) = Mma16<T>::pack(a, b);
+            } else {
+                dst[0] = gdn_from_f32<T>(a);
+                dst[dx.s[3]] = gdn_from_f32<T>(b);
+            }
+        }
+    }
+}
+
 template <typename T, int K, int V> struct GradSmem {
     static constexpr int LDK = Pitch<K>::LD, LDV = Pitch<V>::LD, LD64 = Pitch<64>::LD;
     /* Qs, Ks [C][LDK]; dOs, Wb, Vnb [C][LDV]; Ss, dSs [K][LDV]; Tm, Pm [C][LD64]; then one region
-     * holding in turn dS' lo [K][LDV], dVn lo [C][LDV], Ek and F2 [C][LD64]; f32: rows, column
-     * partials [4][C], row results [3][C], reduction [8]. */
-    static constexpr int LO = K * LDV > 2 * C * LD64 ? K * LDV : 2 * C * LD64;
+     * holding in turn dS' lo [K][LDV], dVn lo [C][LDV], then Eq, Ek, F1, F2 [C][LD64]; f32: rows,
+     * column partials [4][C], row partials [2][3][C] (one set per column half), reduction [8], the
+     * L2-norm row dots of q and k [2][2][C]. */
+    static constexpr int LO = K * LDV > 4 * C * LD64 ? K * LDV : 4 * C * LD64;
     static constexpr int HALF = 2 * C * LDK + 3 * C * LDV + 2 * K * LDV + 2 * C * LD64 + LO;
-    static constexpr int BYTES = HALF * 2 + (R_COUNT * C + 4 * C + 3 * C + 8) * 4;
+    static constexpr int BYTES = HALF * 2 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4;
 };
 
+constexpr int GRAD_THREADS = 256;
+
+/* Eight warps: warp w owns rows 16 (w % 4) of every result and half of its columns (h = w / 4):
+ * value columns h V / 2, key columns h K / 2, chunk columns 32 h. Two warps per scheduler hide
+ * each other's latencies. Results that a later product contracts over (dU, Eq, Ek, F1, F2) go
+ * through shared memory, whole, since each warp holds only half of their columns. */
 template <typename T, int K, int V>
-__global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
+__global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdParams p)
 {
     using SM = GradSmem<T, K, V>;
-    constexpr int LDK = SM::LDK, LDV = SM::LDV, LD64 = SM::LD64, NV = V / 8, NK = K / 8;
+    constexpr int LDK = SM::LDK, LDV = SM::LDV, LD64 = SM::LD64, NTH = GRAD_THREADS;
+    constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warp's column half */
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t hv = blockIdx.x % p.HV, slot = blockIdx.x / p.HV;
@@ -567,119 +625,126 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * LDK;
     T *dOs = Ks + C * LDK;
-    T *Wb = dOs + C * LDV;
+    T *Wb = dOs + C * LDV; /* W, then dVn hi, then dU */
     T *Vnb = Wb + C * LDV;
     T *Ss = Vnb + C * LDV;
     T *dSs = Ss + K * LDV;
     T *Tm = dSs + K * LDV;
     T *Pm = Tm + C * LD64;
-    T *Lo = Pm + C * LD64; /* dS' lo, then dVn lo, then Ek and F2 */
-    T *Ek = Lo;
-    T *F2 = Lo + C * LD64;
+    T *Lo = Pm + C * LD64; /* dS' lo, then dVn lo, then Eq, Ek, F1, F2 */
+    T *Eq = Lo, *Ek = Lo + C * LD64, *F1 = Lo + 2 * C * LD64, *F2 = Lo + 3 * C * LD64;
     float *rows = reinterpret_cast<float *>(Lo + SM::LO);
     float *colp = rows + R_COUNT * C; /* [4][C] */
-    float *rres = colp + 4 * C;       /* [3][C]: dGam row terms, dbeta, S'-term of dGam_C */
-    float *red = rres + 3 * C;
+    float *rres = colp + 4 * C;       /* [2][3][C]: dGam row terms, dbeta, S'-term of dGam_C */
+    float *red = rres + 6 * C;
+    float *dotq = red + 8, *dotk = dotq + 2 * C;
 
     const unsigned char *rec = rec_of(p, hv, slot);
     const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
     const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
-    load_tile<T, K, LDK, 128>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
-    load_tile<T, K, LDK, 128>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-    load_tile<T, V, LDV, 128>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
-    load_tile<T, V, LDV, 128>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
-    load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, 128);
-    load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, 128);
-    load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, 128);
-    load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, 128);
-    load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, 128);
-    load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, 128);
-    loads_done();
+    /* Four commit groups in the order of first use, so that the products start while the later
+     * tiles are still in flight (one CTA per SM: nothing else hides the copies): K, S, v and the
+     * rows; T; dS' (hi, lo), Pm and dO; Q. */
+    load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
+    load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
+    load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
+    load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
+    gdn_sm90::cp_async_commit();
+    load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
+    gdn_sm90::cp_async_commit();
+    load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, NTH);
+    load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, NTH);
+    load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
+    load_tile<T, V, LDV, NTH>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+    gdn_sm90::cp_async_commit();
+    load_tile<T, K, LDK, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+    gdn_sm90::cp_async_commit();
+    gdn_sm90::cp_async_wait<3>();
     __syncthreads();
 
-    const int m0 = 16 * warp, i0 = m0 + g, i1 = i0 + 8;
+    const int rgrp = warp & 3, half = warp >> 2;
+    const int m0 = 16 * rgrp, i0 = m0 + g, i1 = i0 + 8;
+    const int cv = half * (V / 2), ckc = half * (K / 2), cj = half * (C / 2);
     const float *ck = rows + R_CK * C, *cu = rows + R_CU * C, *gam = rows + R_GAM * C, *bet = rows + R_BETA * C;
     const float *rk = rows + R_RK * C, *rq = rows + R_RQ * C, *glog = rows + R_GLOG * C, *gu = rows + R_GU * C;
     const float gC = rows[R_GC * C];
     float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
 
-    /* X = V - ck (K S), kept in registers; W = beta X over V in Wb (each thread its own elements). */
-    float x[NV][4];
+    /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
+    float x[NVH][4];
     zero_acc(x);
-    warp_mm<T, NV, K, false, false, LDK, LDV>(x, Ks, m0, Ss, 0, lane);
+    warp_mm<T, NVH, K, false, false, LDK, LDV>(x, Ks, m0, Ss, cv, lane);
 #pragma unroll
-    for (int nt = 0; nt < NV; ++nt)
+    for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int i = e < 2 ? i0 : i1, col = 8 * nt + 2 * t + (e & 1);
+            const int i = e < 2 ? i0 : i1, col = cv + 8 * nt + 2 * t + (e & 1);
             x[nt][e] = gdn_to_f32(Wb[i * LDV + col]) - ck[i] * x[nt][e];
         }
     __syncwarp();
-    store_acc<T, NV, LDV>(Wb, x, m0, lane, bet[i0], bet[i1]);
+    store_acc<T, NVH, LDV>(Wb + cv, x, m0, lane, bet[i0], bet[i1]);
+    gdn_sm90::cp_async_wait<2>(); /* T */
     __syncthreads();
-    float acc[NV][4];
+    float acc[NVH][4];
     zero_acc(acc);
-    warp_mm<T, NV, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, 0, lane); /* Vn = T W */
-    store_acc<T, NV, LDV>(Vnb, acc, m0, lane, 1.f, 1.f);
+    warp_mm<T, NVH, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* Vn = T W */
+    store_acc<T, NVH, LDV>(Vnb + cv, acc, m0, lane, 1.f, 1.f);
+    gdn_sm90::cp_async_wait<1>(); /* dS', Pm, dO */
     __syncthreads();
     /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
      * otherwise dominate the error of dbeta (the two terms below cancel in part). */
     zero_acc(acc);
-    warp_mm<T, NV, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, 0, lane); /* K dS' */
-    warp_mm<T, NV, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, 0, lane);
+    warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, cv, lane); /* K dS' */
+    warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, cv, lane);
 #pragma unroll
-    for (int nt = 0; nt < NV; ++nt) {
+    for (int nt = 0; nt < NVH; ++nt) {
         acc[nt][0] *= cu[i0];
         acc[nt][1] *= cu[i0];
         acc[nt][2] *= cu[i1];
         acc[nt][3] *= cu[i1];
     }
-    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, 0, lane); /* dVn = cu K dS' + Pm^T dO */
-    store_acc<T, NV, LDV>(Wb, acc, m0, lane, 1.f, 1.f);
+    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, cv, lane); /* dVn = cu K dS' + Pm^T dO */
+    store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
     __syncthreads(); /* dS' lo read by all */
-    {
-        const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
-        for (int nt = 0; nt < NV; ++nt)
+    for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const int r = m0 + g8 + 8 * hr, col = 8 * nt + 2 * t4;
-                const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
-                *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
-                    Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
-            }
-    }
+        for (int hr = 0; hr < 2; ++hr) {
+            const int r = m0 + g + 8 * hr, col = cv + 8 * nt + 2 * t;
+            const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
+            *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
+                Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
+        }
     __syncthreads();
     zero_acc(acc);
-    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, 0, lane); /* dU = T^T dVn */
-    warp_mm<T, NV, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, 0, lane);
-    __syncthreads(); /* dVn lo read by all before Ek and F2 take its place */
+    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* dU = T^T dVn */
+    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, cv, lane);
     float db0 = 0.f, db1 = 0.f; /* dbeta: dU . X, then sum_j dA_ij B_ij */
 #pragma unroll
-    for (int nt = 0; nt < NV; ++nt) {
+    for (int nt = 0; nt < NVH; ++nt) {
         db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
         db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
     }
-    /* dU as an A operand, and -gam dX = -gam beta dU (dKn's X term; its sign and row factor ride in the operand). */
-    uint32_t duf[V / 16][4], dxf[V / 16][4];
-    to_afrag<T, NV>(duf, acc, 1.f, 1.f);
-    to_afrag<T, NV>(dxf, acc, -gam[i0] * bet[i0], -gam[i1] * bet[i1]);
+    __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by all before dU, Eq, Ek, F1, F2 take their place */
+    store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
+    gdn_sm90::cp_async_wait<0>(); /* Q */
+    __syncthreads();
 
-    /* The 64 x 64 terms: dP = dO Vn^T with Q K^T (Pm's part), dA = -(dU Vn^T) with K K^T (A's part). */
-    float colc[8][2]; /* this thread's column shares of dGam (columns 8 nt + 2 t + e) */
-    uint32_t eqf[4][4], f1f[4][4];
+    /* The 64 x 64 terms on the warp's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
+     * dA = -(dU Vn^T) with K K^T (A's part). */
+    float colc[NJH][2]; /* this thread's column shares of dGam (columns cj + 8 nt + 2 t + e) */
     {
-        float dp[8][4], qk[8][4];
+        float dp[NJH][4], qk[NJH][4];
         zero_acc(dp);
         zero_acc(qk);
-        warp_mm<T, 8, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, 0, lane);
-        warp_mm<T, 8, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, 0, lane);
+        warp_mm<T, NJH, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, cj, lane);
+        warp_mm<T, NJH, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, cj, lane);
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < NJH; ++nt) {
             colc[nt][0] = colc[nt][1] = 0.f;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, j = 8 * nt + 2 * t + (e & 1);
+                const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
                 const float D = j <= i ? decay(glog[i] - glog[j]) : 0.f;
                 const float em = p.scale * dp[nt][e] * D; /* dL/d(Qn_i . Kn_j) */
                 const float term = em * rq[i] * rk[j] * qk[nt][e]; /* dP_ij Pm_ij */
@@ -692,20 +757,20 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
                 dp[nt][e] = em * rq[i]; /* Ek */
             }
         }
-        to_afrag<T, 8>(eqf, qk, 1.f, 1.f);
-        store_acc<T, 8, LD64>(Ek, dp, m0, lane, 1.f, 1.f);
+        store_acc<T, NJH, LD64>(Eq + cj, qk, m0, lane, 1.f, 1.f);
+        store_acc<T, NJH, LD64>(Ek + cj, dp, m0, lane, 1.f, 1.f);
     }
     {
-        float da[8][4], kk[8][4];
+        float da[NJH][4], kk[NJH][4];
         zero_acc(da);
         zero_acc(kk);
-        warp_mm_r<T, 8, V, true, LDV>(da, duf, Vnb, 0, lane);
-        warp_mm<T, 8, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, 0, lane);
+        warp_mm<T, NJH, V, false, true, LDV, LDV>(da, Wb, m0, Vnb, cj, lane);
+        warp_mm<T, NJH, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, cj, lane);
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < NJH; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, j = 8 * nt + 2 * t + (e & 1);
+                const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
                 const float D = j < i ? decay(glog[i] - glog[j]) : 0.f;
                 const float dA = -da[nt][e];
                 const float bv = rk[i] * rk[j] * kk[nt][e] * D; /* B_ij */
@@ -722,12 +787,12 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
                 kk[nt][e] = f * rk[j];           /* F1 */
                 da[nt][e] = f * rk[i];           /* F2 */
             }
-        to_afrag<T, 8>(f1f, kk, 1.f, 1.f);
-        store_acc<T, 8, LD64>(F2, da, m0, lane, 1.f, 1.f);
+        store_acc<T, NJH, LD64>(F1 + cj, kk, m0, lane, 1.f, 1.f);
+        store_acc<T, NJH, LD64>(F2 + cj, da, m0, lane, 1.f, 1.f);
     }
-    /* Column shares: sum over the rows of the warp (lanes of equal t), then one row per warp. */
+    /* Column shares: sum over the rows of the warp (lanes of equal t), then one row group per warp. */
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NJH; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             float v = colc[nt][e];
@@ -735,20 +800,20 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
             v += __shfl_xor_sync(0xffffffffu, v, 8);
             v += __shfl_xor_sync(0xffffffffu, v, 16);
             if (g == 0)
-                colp[warp * C + 8 * nt + 2 * t + e] = v;
+                colp[rgrp * C + cj + 8 * nt + 2 * t + e] = v;
         }
-    __syncthreads();
+    __syncthreads(); /* Eq, Ek, F1, F2 whole */
 
     const size_t part = (((size_t)hv * p.slots + slot) * C) * K;
-    /* dQn = scale gam (dO S^T) + Eq K. */
+    /* dQn = scale gam (dO S^T) + Eq K, on the warp's key columns. */
     {
-        float q1[NK][4];
+        float q1[NKH][4];
         zero_acc(q1);
-        warp_mm<T, NK, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, 0, lane);
+        warp_mm<T, NKH, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, ckc, lane);
         const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
 #pragma unroll
-        for (int nt = 0; nt < NK; ++nt) {
-            const int d = 8 * nt + 2 * t;
+        for (int nt = 0; nt < NKH; ++nt) {
+            const int d = ckc + 8 * nt + 2 * t;
             rg0 += s0 * rq[i0] * (gdn_to_f32(Qs[i0 * LDK + d]) * q1[nt][0] + gdn_to_f32(Qs[i0 * LDK + d + 1]) * q1[nt][1]);
             rg1 += s1 * rq[i1] * (gdn_to_f32(Qs[i1 * LDK + d]) * q1[nt][2] + gdn_to_f32(Qs[i1 * LDK + d + 1]) * q1[nt][3]);
             q1[nt][0] *= s0;
@@ -756,59 +821,72 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
             q1[nt][2] *= s1;
             q1[nt][3] *= s1;
         }
-        warp_mm_r<T, NK, C, false, LDK>(q1, eqf, Ks, 0, lane);
+        warp_mm<T, NKH, C, false, false, LD64, LDK>(q1, Eq, m0, Ks, ckc, lane);
+        if (p.G == 1) {
+            grad_l2_store<T, NKH, LDK>(q1, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
+        } else {
 #pragma unroll
-        for (int nt = 0; nt < NK; ++nt) {
-            const int d = 8 * nt + 2 * t;
-            *reinterpret_cast<float2 *>(p.dqn + part + i0 * K + d) = make_float2(q1[nt][0], q1[nt][1]);
-            *reinterpret_cast<float2 *>(p.dqn + part + i1 * K + d) = make_float2(q1[nt][2], q1[nt][3]);
+            for (int nt = 0; nt < NKH; ++nt) {
+                const int d = ckc + 8 * nt + 2 * t;
+                *reinterpret_cast<float2 *>(p.dqn + part + i0 * K + d) = make_float2(q1[nt][0], q1[nt][1]);
+                *reinterpret_cast<float2 *>(p.dqn + part + i1 * K + d) = make_float2(q1[nt][2], q1[nt][3]);
+            }
         }
     }
-    /* dKn = gu (Vn dS'^T) - gam (dX S^T) + F1 K + F2^T K + Ek^T Q, in one accumulator. dGam takes
-     * Kn . dKn of the first two terms apart: d1 after the first, d2 - d1 after the second. */
+    /* dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K + Ek^T Q. dGam takes Kn . dKn of the
+     * first two terms apart: the X term adds to dGam_i, the S' term subtracts from it and adds to
+     * dGam_C. */
     float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
     {
-        float k1[NK][4];
+        float k1[NKH][4], k2[NKH][4];
         zero_acc(k1);
-        warp_mm<T, NK, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, 0, lane);
+        zero_acc(k2);
+        warp_mm<T, NKH, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, ckc, lane);
+        warp_mm<T, NKH, V, false, true, LDV, LDV>(k2, Wb, m0, Ss, ckc, lane);
+        const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
         float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < NK; ++nt) {
-            const int d = 8 * nt + 2 * t;
+        for (int nt = 0; nt < NKH; ++nt) {
+            const int d = ckc + 8 * nt + 2 * t;
+            const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
+            const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
             k1[nt][0] *= gu[i0];
             k1[nt][1] *= gu[i0];
             k1[nt][2] *= gu[i1];
             k1[nt][3] *= gu[i1];
-            d10 += gdn_to_f32(Ks[i0 * LDK + d]) * k1[nt][0] + gdn_to_f32(Ks[i0 * LDK + d + 1]) * k1[nt][1];
-            d11 += gdn_to_f32(Ks[i1 * LDK + d]) * k1[nt][2] + gdn_to_f32(Ks[i1 * LDK + d + 1]) * k1[nt][3];
-        }
-        warp_mm_r<T, NK, V, true, LDV>(k1, dxf, Ss, 0, lane);
+            k2[nt][0] *= x0;
+            k2[nt][1] *= x0;
+            k2[nt][2] *= x1;
+            k2[nt][3] *= x1;
+            d10 += ka * k1[nt][0] + kb * k1[nt][1];
+            d11 += kc * k1[nt][2] + kd * k1[nt][3];
+            d20 += ka * k2[nt][0] + kb * k2[nt][1];
+            d21 += kc * k2[nt][2] + kd * k2[nt][3];
 #pragma unroll
-        for (int nt = 0; nt < NK; ++nt) {
-            const int d = 8 * nt + 2 * t;
-            d20 += gdn_to_f32(Ks[i0 * LDK + d]) * k1[nt][0] + gdn_to_f32(Ks[i0 * LDK + d + 1]) * k1[nt][1];
-            d21 += gdn_to_f32(Ks[i1 * LDK + d]) * k1[nt][2] + gdn_to_f32(Ks[i1 * LDK + d + 1]) * k1[nt][3];
+            for (int e = 0; e < 4; ++e)
+                k1[nt][e] += k2[nt][e];
         }
-        /* Kn . dKn = rk K . dKn: the X term adds to dGam_i, the S' term subtracts from it and adds to dGam_C. */
-        d10 *= rk[i0];
-        d11 *= rk[i1];
-        d20 *= rk[i0];
-        d21 *= rk[i1];
-        rg0 += (d20 - d10) - d10;
-        rg1 += (d21 - d11) - d11;
-        gc0 += d10;
-        gc1 += d11;
-        warp_mm_r<T, NK, C, false, LDK>(k1, f1f, Ks, 0, lane);
-        warp_mm<T, NK, C, true, false, LD64, LDK>(k1, F2, m0, Ks, 0, lane);
-        warp_mm<T, NK, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, 0, lane);
+        /* Kn . dKn = rk K . dKn */
+        rg0 += rk[i0] * (d20 - d10);
+        rg1 += rk[i1] * (d21 - d11);
+        gc0 += rk[i0] * d10;
+        gc1 += rk[i1] * d11;
+        warp_mm<T, NKH, C, false, false, LD64, LDK>(k1, F1, m0, Ks, ckc, lane);
+        warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, F2, m0, Ks, ckc, lane);
+        warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, ckc, lane);
+        if (p.G == 1) {
+            grad_l2_store<T, NKH, LDK>(k1, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
+        } else {
 #pragma unroll
-        for (int nt = 0; nt < NK; ++nt) {
-            const int d = 8 * nt + 2 * t;
-            *reinterpret_cast<float2 *>(p.dkn + part + i0 * K + d) = make_float2(k1[nt][0], k1[nt][1]);
-            *reinterpret_cast<float2 *>(p.dkn + part + i1 * K + d) = make_float2(k1[nt][2], k1[nt][3]);
+            for (int nt = 0; nt < NKH; ++nt) {
+                const int d = ckc + 8 * nt + 2 * t;
+                *reinterpret_cast<float2 *>(p.dkn + part + i0 * K + d) = make_float2(k1[nt][0], k1[nt][1]);
+                *reinterpret_cast<float2 *>(p.dkn + part + i1 * K + d) = make_float2(k1[nt][2], k1[nt][3]);
+            }
         }
     }
-    /* Row totals (the four lanes of a row), then <dS', S> over the CTA in a fixed order. */
+    /* Row totals of the warp's columns (the four lanes of a row), then <dS', S> over the CTA in a
+     * fixed order. */
     rg0 = row_sum4(rg0);
     rg1 = row_sum4(rg1);
     db0 = row_sum4(db0);
@@ -816,15 +894,16 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
     gc0 = row_sum4(gc0);
     gc1 = row_sum4(gc1);
     if (t == 0) {
-        rres[i0] = rg0;
-        rres[i1] = rg1;
-        rres[C + i0] = db0;
-        rres[C + i1] = db1;
-        rres[2 * C + i0] = gc0;
-        rres[2 * C + i1] = gc1;
+        float *rr = rres + half * 3 * C;
+        rr[i0] = rg0;
+        rr[i1] = rg1;
+        rr[C + i0] = db0;
+        rr[C + i1] = db1;
+        rr[2 * C + i0] = gc0;
+        rr[2 * C + i1] = gc1;
     }
     float dot = 0.f;
-    for (int idx = tid; idx < K * V / 2; idx += 128) {
+    for (int idx = tid; idx < K * V / 2; idx += NTH) {
         const int r = idx / (V / 2), c2 = 2 * (idx % (V / 2));
         const float2 a = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Ss + r * LDV + c2));
         const float2 b = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(dSs + r * LDV + c2));
@@ -839,17 +918,18 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
 
     /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
     if (warp == 0) {
+        const float *r0 = rres, *r1 = rres + 3 * C;
         float dgam[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int i = 2 * lane + e;
-            dgam[e] = rres[i] + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
+            dgam[e] = (r0[i] + r1[i]) + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
         }
         if (lane == 31) {
             float gsum = 0.f;
             for (int i = 0; i < C; ++i)
-                gsum += rres[2 * C + i];
-            dgam[1] += gC * ((red[0] + red[1]) + (red[2] + red[3])) + gsum;
+                gsum += r0[2 * C + i] + r1[2 * C + i];
+            dgam[1] += gC * (((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]))) + gsum;
         }
         /* Suffix sums: inclusive scan of the pairs from the top lane down. */
         float s = dgam[0] + dgam[1];
@@ -868,7 +948,7 @@ __global__ void __launch_bounds__(128) bwd_grad_kernel(const BwdParams p)
                 continue;
             const int64_t tok = L.t0 + i;
             const float dgt = rows[R_LIVE * C + i] != 0.f ? dgv[e] : 0.f;
-            float dbt = rres[C + i];
+            float dbt = r0[C + i] + r1[C + i];
             const int64_t bo = L.row * p.beta.s[0] + tok * p.beta.s[1] + hv * p.beta.s[2];
             if (p.beta_from_logits) {
                 const float sg = gate_sigmoid(load_elem(p.beta.data, p.beta.dtype, bo));
