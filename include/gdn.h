@@ -258,9 +258,9 @@ GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
  *   one at least.
  *   CUDA (bf16 / f16 inputs, K and V of 64 or 128, f32 / bf16 states): per 64-token chunk and
  *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B), the state
- *   entering the chunk (K V 16-bit values), the gradient of the state leaving it (2 K V: hi and lo
- *   parts) and, with GVA (G > 1), the chunk's dq, dk per value head (2 x 64 K f32): per token and
- *   value head at K = V = 128, 2860 B with GVA and 1836 B without. No allocation, no host sync, graph-capturable; bitwise repeatable.
+ *   entering the chunk (K V 16-bit values) and the gradient of the state leaving it (2 K V: hi and
+ *   lo parts): 1836 B per token and value head at K = V = 128. No allocation, no host sync,
+ *   graph-capturable; bitwise repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
  * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,

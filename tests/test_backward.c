@@ -627,7 +627,7 @@ static int test_cuda_grads(void)
         return TU_SKIP;
     const int64_t dims[4][2] = {{64, 64}, {128, 128}, {64, 128}, {128, 64}};
     for (int d = 0; d < 4; d++) {
-        /* GVA (dq, dk through bwd_qk) for the first two, none (written by bwd_grad) for the others */
+        /* GVA 2x for the first two, none for the others */
         bw_cfg c = base(2, 150, d < 2 ? 2 : 4, 4, 900 + (uint64_t)d);
         c.K = dims[d][0];
         c.V = dims[d][1];
@@ -723,7 +723,7 @@ static int test_cuda_deterministic(void)
  * that projection's strides (each into a buffer of its own: outputs must not share an address
  * range), give the bits of the contiguous call. f32 on the CPU; bf16 on CUDA (cuda), where pad 0
  * keeps every row 16-byte aligned (the copy fast path) and pad 1 misaligns them (element-wise loads
- * and stores). HV = 2 (GVA) or 1: the CUDA backward writes dq and dk from different passes. */
+ * and stores). HV = 2 (GVA: dq and dk sum two value heads) or 1. */
 static void check_strided(gdn_dtype dt, int cuda, int pad, int64_t HV, uint64_t seed)
 {
     bw_cfg c = base(2, 70, 1, HV, seed);

@@ -3,10 +3,10 @@
  * passes in sm90_chunk_bwd.cuh (which documents them).
  *
  * Storage: the forward saves nothing. The backward recomputes, per (chunk slot, value head), a
- * record (19200 B), the state entering the chunk (K V 16-bit values), the gradient of the state
- * leaving it (2 K V: hi and lo parts) and, with GVA, the chunk's dq, dk per value head (C K f32
- * each): per token and value head at K = V = 128, 2860 B of workspace with GVA, 1836 B without. Chunk slots follow the forward's map (varlen:
- * sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device only.
+ * record (19200 B), the state entering the chunk (K V 16-bit values) and the gradient of the
+ * state leaving it (2 K V: hi and lo parts): per token and value head at K = V = 128, 1836 B of
+ * workspace. Chunk slots follow the forward's map (varlen: sequence n starts at slot
+ * floor(cu[n] / 64) + n), so cu_seqlens is read on the device only.
  * No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
 #include "sm90_chunk_bwd.cuh"
@@ -23,7 +23,7 @@ static int64_t slots_per_head(const gdn_problem *p)
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 struct WsPlan {
-    size_t rec, S, dS, dqn, dkn, gpart, bytes;
+    size_t rec, S, dS, gpart, bytes;
 };
 
 static WsPlan plan_ws(const gdn_problem *p)
@@ -33,11 +33,7 @@ static WsPlan plan_ws(const gdn_problem *p)
     w.rec = 0;
     w.S = w.rec + align256(units * REC_BYTES);
     w.dS = w.S + align256(units * (size_t)(p->K * p->V) * 2);
-    /* dq, dk per value head only with GVA: without it bwd_grad writes them itself. */
-    const size_t qk = p->G > 1 ? units * (size_t)(C * p->K) * 4 : 0;
-    w.dqn = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
-    w.dkn = w.dqn + align256(qk);
-    w.gpart = w.dkn + align256(qk);
+    w.gpart = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
     w.bytes = w.gpart + align256(units * sizeof(float2));
     return w;
 }
@@ -67,11 +63,8 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), 2), CHAIN_THREADS,
                      ChainSmem<T, K>::BYTES, stream, prm, "bwd_chain")) != GDN_OK)
         return st;
-    if ((st = launch(bwd_grad_kernel<T, K, V>, dim3(units), GRAD_THREADS, GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) !=
-        GDN_OK)
-        return st;
-    if (prm.G > 1 &&
-        (st = launch(bwd_qk_kernel<T, K>, dim3((unsigned)(prm.slots * prm.H)), 128, 0, stream, prm, "bwd_qk")) != GDN_OK)
+    if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
+                     GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) != GDN_OK)
         return st;
     if (prm.a.data)
         return launch(bwd_gate_kernel, dim3((unsigned)prm.HV), 256, 0, stream, prm, "bwd_gate");
@@ -161,8 +154,6 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.rec = ws + w.rec;
     prm.S = ws + w.S;
     prm.dS = ws + w.dS;
-    prm.dqn = reinterpret_cast<float *>(ws + w.dqn);
-    prm.dkn = reinterpret_cast<float *>(ws + w.dkn);
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
     if (p->HV == 0)
         return GDN_OK;

@@ -14,12 +14,10 @@
  *   bwd_chain  per (sequence, value head, CHAIN_VS value columns), in two roles of one grid: the forward
  *              chain stores S entering every chunk; the reverse chain stores dS' leaving every chunk,
  *              writes dv and dh0. Both are independent given the records, so they run side by side.
- *   bwd_grad   per (chunk slot, value head): everything else of the chunk from S, dS' and the
- *              record: dg or da, dbeta, the gate-parameter partials, and dq, dk: without GVA
- *              through the L2-norm backward to the outputs, with it in the normalised space
- *              (per value head, f32, to the workspace).
- *   bwd_qk     with GVA, per (chunk slot, key head): the sum over the group's value heads, the
- *              L2-norm backward, dq and dk.
+ *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn: everything
+ *              else of the chunk from S, dS' and the record: dg or da, dbeta, the gate-parameter
+ *              partials per value head; dq and dk summed over the group in registers, then
+ *              through the L2-norm backward to the outputs.
  *   bwd_gate   per value head: dA_log and ddt_bias from the partials, in slot order.
  */
 #ifndef GDN_SM90_CHUNK_BWD_CUH
@@ -58,7 +56,6 @@ struct BwdParams {
     unsigned char *rec;       /* BwdRec */
     void *S;                  /* [K][V] 16-bit: the state entering the chunk */
     void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
-    float *dqn, *dkn;         /* [C][K]: dq, dk of one value head in the normalised space */
     float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
 };
 
@@ -539,10 +536,10 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
 /* ------------------------------------------------------------------------------------------ */
 /* bwd_grad                                                                                    */
 
-/* Without GVA (G = 1) bwd_grad finishes dq and dk itself: dx = r (dxn - xn (xn . dxn)) with xn = r x
- * (r = 1 without the L2 norm), on the warp's key columns cc .. cc + K / 2 of rows i0, i1; the row
- * dots over both column halves meet in dotp ([2][C]), summed in a fixed order. Every thread of the
- * CTA calls it (one barrier). */
+/* dq or dk from its gradient in the normalised space (summed over the group): dx = r (dxn - xn
+ * (xn . dxn)) with xn = r x (r = 1 without the L2 norm), on the warp's key columns cc .. cc + K / 2
+ * of rows i0, i1; the row dots over both column halves meet in dotp ([2][C]), summed in a fixed
+ * order. Every thread of the CTA calls it (one barrier). */
 template <typename T, int NKH, int LDK>
 __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T *Xs, const float *r, float *dotp,
                                               int half, int cc, int i0, int i1, int t, int cl, const gdn_view &dx,
@@ -604,7 +601,9 @@ constexpr int GRAD_THREADS = 256;
 /* Eight warps: warp w owns rows 16 (w % 4) of every result and half of its columns (h = w / 4):
  * value columns h V / 2, key columns h K / 2, chunk columns 32 h. Two warps per scheduler hide
  * each other's latencies. Results that a later product contracts over (dU, Eq, Ek, F1, F2) go
- * through shared memory, whole, since each warp holds only half of their columns. */
+ * through shared memory, whole, since each warp holds only half of their columns. One CTA per
+ * (chunk slot, key head) walks the G value heads of the group: q and k are loaded once, and dq, dk
+ * are summed in registers instead of through a workspace pass. */
 template <typename T, int K, int V>
 __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdParams p)
 {
@@ -613,15 +612,13 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
     constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warp's column half */
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t hv = blockIdx.x % p.HV, slot = blockIdx.x / p.HV;
+    const int64_t h = blockIdx.x % p.H, slot = blockIdx.x / p.H;
     const Loc L = locate(p, slot);
-    float2 *gpart = p.gpart + hv * p.slots + slot;
     if (L.cl == 0) {
-        if (tid == 0)
-            *gpart = make_float2(0.f, 0.f);
+        if (tid < p.G)
+            p.gpart[(h * p.G + tid) * p.slots + slot] = make_float2(0.f, 0.f);
         return;
     }
-    const int64_t h = hv / p.G;
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * LDK;
     T *dOs = Ks + C * LDK;
@@ -639,399 +636,353 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
     float *red = rres + 6 * C;
     float *dotq = red + 8, *dotk = dotq + 2 * C;
 
-    const unsigned char *rec = rec_of(p, hv, slot);
-    const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
-    const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
-    /* Four commit groups in the order of first use, so that the products start while the later
-     * tiles are still in flight (one CTA per SM: nothing else hides the copies): K, S, v and the
-     * rows; T; dS' (hi, lo), Pm and dO; Q. */
-    load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-    load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
-    load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
-    load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
-    gdn_sm90::cp_async_commit();
-    load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
-    gdn_sm90::cp_async_commit();
-    load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, NTH);
-    load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, NTH);
-    load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
-    load_tile<T, V, LDV, NTH>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
-    gdn_sm90::cp_async_commit();
-    load_tile<T, K, LDK, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
-    gdn_sm90::cp_async_commit();
-    gdn_sm90::cp_async_wait<3>();
-    __syncthreads();
-
     const int rgrp = warp & 3, half = warp >> 2;
     const int m0 = 16 * rgrp, i0 = m0 + g, i1 = i0 + 8;
     const int cv = half * (V / 2), ckc = half * (K / 2), cj = half * (C / 2);
     const float *ck = rows + R_CK * C, *cu = rows + R_CU * C, *gam = rows + R_GAM * C, *bet = rows + R_BETA * C;
     const float *rk = rows + R_RK * C, *rq = rows + R_RQ * C, *glog = rows + R_GLOG * C, *gu = rows + R_GU * C;
-    const float gC = rows[R_GC * C];
-    float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
+    /* dq, dk in the normalised space, summed over the group's value heads (the warp's key columns). */
+    float dqs[NKH][4], dks[NKH][4];
+    zero_acc(dqs);
+    zero_acc(dks);
 
-    /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
-    float x[NVH][4];
-    zero_acc(x);
-    warp_mm<T, NVH, K, false, false, LDK, LDV>(x, Ks, m0, Ss, cv, lane);
-#pragma unroll
-    for (int nt = 0; nt < NVH; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = e < 2 ? i0 : i1, col = cv + 8 * nt + 2 * t + (e & 1);
-            x[nt][e] = gdn_to_f32(Wb[i * LDV + col]) - ck[i] * x[nt][e];
-        }
-    __syncwarp();
-    store_acc<T, NVH, LDV>(Wb + cv, x, m0, lane, bet[i0], bet[i1]);
-    gdn_sm90::cp_async_wait<2>(); /* T */
-    __syncthreads();
-    float acc[NVH][4];
-    zero_acc(acc);
-    warp_mm<T, NVH, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* Vn = T W */
-    store_acc<T, NVH, LDV>(Vnb + cv, acc, m0, lane, 1.f, 1.f);
-    gdn_sm90::cp_async_wait<1>(); /* dS', Pm, dO */
-    __syncthreads();
-    /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
-     * otherwise dominate the error of dbeta (the two terms below cancel in part). */
-    zero_acc(acc);
-    warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, cv, lane); /* K dS' */
-    warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, cv, lane);
-#pragma unroll
-    for (int nt = 0; nt < NVH; ++nt) {
-        acc[nt][0] *= cu[i0];
-        acc[nt][1] *= cu[i0];
-        acc[nt][2] *= cu[i1];
-        acc[nt][3] *= cu[i1];
-    }
-    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, cv, lane); /* dVn = cu K dS' + Pm^T dO */
-    store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
-    __syncthreads(); /* dS' lo read by all */
-#pragma unroll
-    for (int nt = 0; nt < NVH; ++nt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const int r = m0 + g + 8 * hr, col = cv + 8 * nt + 2 * t;
-            const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
-            *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
-                Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
-        }
-    __syncthreads();
-    zero_acc(acc);
-    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* dU = T^T dVn */
-    warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, cv, lane);
-    float db0 = 0.f, db1 = 0.f; /* dbeta: dU . X, then sum_j dA_ij B_ij */
-#pragma unroll
-    for (int nt = 0; nt < NVH; ++nt) {
-        db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
-        db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
-    }
-    __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by all before dU, Eq, Ek, F1, F2 take their place */
-    store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
-    gdn_sm90::cp_async_wait<0>(); /* Q */
-    __syncthreads();
+    for (int64_t hv = h * p.G; hv < (h + 1) * p.G; ++hv) {
+        const bool first = hv == h * p.G;
+        float2 *gpart = p.gpart + hv * p.slots + slot;
+        const unsigned char *rec = rec_of(p, hv, slot);
+        const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
+        const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
+        /* Four commit groups in the order of first use, so that the products start while the later
+         * tiles are still in flight (one CTA per SM: nothing else hides the copies): K (first head
+         * only), S, v and the rows; T; dS' (hi, lo), Pm and dO; Q (first head only). */
+        if (first)
+            load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
+        load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
+        load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
+        load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
+        gdn_sm90::cp_async_commit();
+        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
+        gdn_sm90::cp_async_commit();
+        load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, NTH);
+        load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, NTH);
+        load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
+        load_tile<T, V, LDV, NTH>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+        gdn_sm90::cp_async_commit();
+        if (first)
+            load_tile<T, K, LDK, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+        gdn_sm90::cp_async_commit();
+        gdn_sm90::cp_async_wait<3>();
+        __syncthreads();
 
-    /* The 64 x 64 terms on the warp's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
-     * dA = -(dU Vn^T) with K K^T (A's part). */
-    float colc[NJH][2]; /* this thread's column shares of dGam (columns cj + 8 nt + 2 t + e) */
-    {
-        float dp[NJH][4], qk[NJH][4];
-        zero_acc(dp);
-        zero_acc(qk);
-        warp_mm<T, NJH, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, cj, lane);
-        warp_mm<T, NJH, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, cj, lane);
+        const float gC = rows[R_GC * C];
+        float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
+
+        /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
+        float x[NVH][4];
+        zero_acc(x);
+        warp_mm<T, NVH, K, false, false, LDK, LDV>(x, Ks, m0, Ss, cv, lane);
 #pragma unroll
-        for (int nt = 0; nt < NJH; ++nt) {
-            colc[nt][0] = colc[nt][1] = 0.f;
+        for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
-                const float D = j <= i ? decay(glog[i] - glog[j]) : 0.f;
-                const float em = p.scale * dp[nt][e] * D; /* dL/d(Qn_i . Kn_j) */
-                const float term = em * rq[i] * rk[j] * qk[nt][e]; /* dP_ij Pm_ij */
-                if (e < 2)
-                    rg0 += term;
-                else
-                    rg1 += term;
-                colc[nt][e & 1] -= term;
-                qk[nt][e] = em * rk[j]; /* Eq */
-                dp[nt][e] = em * rq[i]; /* Ek */
+                const int i = e < 2 ? i0 : i1, col = cv + 8 * nt + 2 * t + (e & 1);
+                x[nt][e] = gdn_to_f32(Wb[i * LDV + col]) - ck[i] * x[nt][e];
             }
+        __syncwarp();
+        store_acc<T, NVH, LDV>(Wb + cv, x, m0, lane, bet[i0], bet[i1]);
+        gdn_sm90::cp_async_wait<2>(); /* T */
+        __syncthreads();
+        float acc[NVH][4];
+        zero_acc(acc);
+        warp_mm<T, NVH, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* Vn = T W */
+        store_acc<T, NVH, LDV>(Vnb + cv, acc, m0, lane, 1.f, 1.f);
+        gdn_sm90::cp_async_wait<1>(); /* dS', Pm, dO */
+        __syncthreads();
+        /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
+         * otherwise dominate the error of dbeta (the two terms below cancel in part). */
+        zero_acc(acc);
+        warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, cv, lane); /* K dS' */
+        warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, cv, lane);
+#pragma unroll
+        for (int nt = 0; nt < NVH; ++nt) {
+            acc[nt][0] *= cu[i0];
+            acc[nt][1] *= cu[i0];
+            acc[nt][2] *= cu[i1];
+            acc[nt][3] *= cu[i1];
         }
-        store_acc<T, NJH, LD64>(Eq + cj, qk, m0, lane, 1.f, 1.f);
-        store_acc<T, NJH, LD64>(Ek + cj, dp, m0, lane, 1.f, 1.f);
-    }
-    {
-        float da[NJH][4], kk[NJH][4];
-        zero_acc(da);
-        zero_acc(kk);
-        warp_mm<T, NJH, V, false, true, LDV, LDV>(da, Wb, m0, Vnb, cj, lane);
-        warp_mm<T, NJH, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, cj, lane);
+        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, cv, lane); /* dVn = cu K dS' + Pm^T dO */
+        store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
+        __syncthreads(); /* dS' lo read by all */
+#pragma unroll
+        for (int nt = 0; nt < NVH; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int r = m0 + g + 8 * hr, col = cv + 8 * nt + 2 * t;
+                const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
+                *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
+                    Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
+            }
+        __syncthreads();
+        zero_acc(acc);
+        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* dU = T^T dVn */
+        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, cv, lane);
+        float db0 = 0.f, db1 = 0.f; /* dbeta: dU . X, then sum_j dA_ij B_ij */
+#pragma unroll
+        for (int nt = 0; nt < NVH; ++nt) {
+            db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
+            db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
+        }
+        __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by all before dU, Eq, Ek, F1, F2 take their place */
+        store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
+        gdn_sm90::cp_async_wait<0>(); /* Q */
+        __syncthreads();
+
+        /* The 64 x 64 terms on the warp's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
+         * dA = -(dU Vn^T) with K K^T (A's part). */
+        float colc[NJH][2]; /* this thread's column shares of dGam (columns cj + 8 nt + 2 t + e) */
+        {
+            float dp[NJH][4], qk[NJH][4];
+            zero_acc(dp);
+            zero_acc(qk);
+            warp_mm<T, NJH, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, cj, lane);
+            warp_mm<T, NJH, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, cj, lane);
+#pragma unroll
+            for (int nt = 0; nt < NJH; ++nt) {
+                colc[nt][0] = colc[nt][1] = 0.f;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
+                    const float D = j <= i ? decay(glog[i] - glog[j]) : 0.f;
+                    const float em = p.scale * dp[nt][e] * D; /* dL/d(Qn_i . Kn_j) */
+                    const float term = em * rq[i] * rk[j] * qk[nt][e]; /* dP_ij Pm_ij */
+                    if (e < 2)
+                        rg0 += term;
+                    else
+                        rg1 += term;
+                    colc[nt][e & 1] -= term;
+                    qk[nt][e] = em * rk[j]; /* Eq */
+                    dp[nt][e] = em * rq[i]; /* Ek */
+                }
+            }
+            store_acc<T, NJH, LD64>(Eq + cj, qk, m0, lane, 1.f, 1.f);
+            store_acc<T, NJH, LD64>(Ek + cj, dp, m0, lane, 1.f, 1.f);
+        }
+        {
+            float da[NJH][4], kk[NJH][4];
+            zero_acc(da);
+            zero_acc(kk);
+            warp_mm<T, NJH, V, false, true, LDV, LDV>(da, Wb, m0, Vnb, cj, lane);
+            warp_mm<T, NJH, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, cj, lane);
+#pragma unroll
+            for (int nt = 0; nt < NJH; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
+                    const float D = j < i ? decay(glog[i] - glog[j]) : 0.f;
+                    const float dA = -da[nt][e];
+                    const float bv = rk[i] * rk[j] * kk[nt][e] * D; /* B_ij */
+                    const float term = dA * bet[i] * bv;             /* dA_ij A_ij */
+                    if (e < 2) {
+                        db0 += dA * bv;
+                        rg0 += term;
+                    } else {
+                        db1 += dA * bv;
+                        rg1 += term;
+                    }
+                    colc[nt][e & 1] -= term;
+                    const float f = bet[i] * dA * D; /* dL/d(Kn_i . Kn_j) */
+                    kk[nt][e] = f * rk[j];           /* F1 */
+                    da[nt][e] = f * rk[i];           /* F2 */
+                }
+            store_acc<T, NJH, LD64>(F1 + cj, kk, m0, lane, 1.f, 1.f);
+            store_acc<T, NJH, LD64>(F2 + cj, da, m0, lane, 1.f, 1.f);
+        }
+        /* Column shares: sum over the rows of the warp (lanes of equal t), then one row group per warp. */
 #pragma unroll
         for (int nt = 0; nt < NJH; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, j = cj + 8 * nt + 2 * t + (e & 1);
-                const float D = j < i ? decay(glog[i] - glog[j]) : 0.f;
-                const float dA = -da[nt][e];
-                const float bv = rk[i] * rk[j] * kk[nt][e] * D; /* B_ij */
-                const float term = dA * bet[i] * bv;             /* dA_ij A_ij */
-                if (e < 2) {
-                    db0 += dA * bv;
-                    rg0 += term;
-                } else {
-                    db1 += dA * bv;
-                    rg1 += term;
-                }
-                colc[nt][e & 1] -= term;
-                const float f = bet[i] * dA * D; /* dL/d(Kn_i . Kn_j) */
-                kk[nt][e] = f * rk[j];           /* F1 */
-                da[nt][e] = f * rk[i];           /* F2 */
+            for (int e = 0; e < 2; ++e) {
+                float v = colc[nt][e];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (g == 0)
+                    colp[rgrp * C + cj + 8 * nt + 2 * t + e] = v;
             }
-        store_acc<T, NJH, LD64>(F1 + cj, kk, m0, lane, 1.f, 1.f);
-        store_acc<T, NJH, LD64>(F2 + cj, da, m0, lane, 1.f, 1.f);
-    }
-    /* Column shares: sum over the rows of the warp (lanes of equal t), then one row group per warp. */
-#pragma unroll
-    for (int nt = 0; nt < NJH; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            float v = colc[nt][e];
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            if (g == 0)
-                colp[rgrp * C + cj + 8 * nt + 2 * t + e] = v;
-        }
-    __syncthreads(); /* Eq, Ek, F1, F2 whole */
+        __syncthreads(); /* Eq, Ek, F1, F2 whole */
 
-    const size_t part = (((size_t)hv * p.slots + slot) * C) * K;
-    /* dQn = scale gam (dO S^T) + Eq K, on the warp's key columns. */
-    {
-        float q1[NKH][4];
-        zero_acc(q1);
-        warp_mm<T, NKH, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, ckc, lane);
-        const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
-#pragma unroll
-        for (int nt = 0; nt < NKH; ++nt) {
-            const int d = ckc + 8 * nt + 2 * t;
-            rg0 += s0 * rq[i0] * (gdn_to_f32(Qs[i0 * LDK + d]) * q1[nt][0] + gdn_to_f32(Qs[i0 * LDK + d + 1]) * q1[nt][1]);
-            rg1 += s1 * rq[i1] * (gdn_to_f32(Qs[i1 * LDK + d]) * q1[nt][2] + gdn_to_f32(Qs[i1 * LDK + d + 1]) * q1[nt][3]);
-            q1[nt][0] *= s0;
-            q1[nt][1] *= s0;
-            q1[nt][2] *= s1;
-            q1[nt][3] *= s1;
-        }
-        warp_mm<T, NKH, C, false, false, LD64, LDK>(q1, Eq, m0, Ks, ckc, lane);
-        if (p.G == 1) {
-            grad_l2_store<T, NKH, LDK>(q1, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
-        } else {
+        /* dQn = scale gam (dO S^T) + Eq K, on the warp's key columns. */
+        {
+            float q1[NKH][4];
+            zero_acc(q1);
+            warp_mm<T, NKH, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, ckc, lane);
+            const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                *reinterpret_cast<float2 *>(p.dqn + part + i0 * K + d) = make_float2(q1[nt][0], q1[nt][1]);
-                *reinterpret_cast<float2 *>(p.dqn + part + i1 * K + d) = make_float2(q1[nt][2], q1[nt][3]);
+                rg0 += s0 * rq[i0] * (gdn_to_f32(Qs[i0 * LDK + d]) * q1[nt][0] + gdn_to_f32(Qs[i0 * LDK + d + 1]) * q1[nt][1]);
+                rg1 += s1 * rq[i1] * (gdn_to_f32(Qs[i1 * LDK + d]) * q1[nt][2] + gdn_to_f32(Qs[i1 * LDK + d + 1]) * q1[nt][3]);
+                q1[nt][0] *= s0;
+                q1[nt][1] *= s0;
+                q1[nt][2] *= s1;
+                q1[nt][3] *= s1;
             }
-        }
-    }
-    /* dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K + Ek^T Q. dGam takes Kn . dKn of the
-     * first two terms apart: the X term adds to dGam_i, the S' term subtracts from it and adds to
-     * dGam_C. */
-    float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
-    {
-        float k1[NKH][4], k2[NKH][4];
-        zero_acc(k1);
-        zero_acc(k2);
-        warp_mm<T, NKH, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, ckc, lane);
-        warp_mm<T, NKH, V, false, true, LDV, LDV>(k2, Wb, m0, Ss, ckc, lane);
-        const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
-        float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
+            warp_mm<T, NKH, C, false, false, LD64, LDK>(q1, Eq, m0, Ks, ckc, lane);
 #pragma unroll
-        for (int nt = 0; nt < NKH; ++nt) {
-            const int d = ckc + 8 * nt + 2 * t;
-            const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
-            const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
-            k1[nt][0] *= gu[i0];
-            k1[nt][1] *= gu[i0];
-            k1[nt][2] *= gu[i1];
-            k1[nt][3] *= gu[i1];
-            k2[nt][0] *= x0;
-            k2[nt][1] *= x0;
-            k2[nt][2] *= x1;
-            k2[nt][3] *= x1;
-            d10 += ka * k1[nt][0] + kb * k1[nt][1];
-            d11 += kc * k1[nt][2] + kd * k1[nt][3];
-            d20 += ka * k2[nt][0] + kb * k2[nt][1];
-            d21 += kc * k2[nt][2] + kd * k2[nt][3];
+            for (int nt = 0; nt < NKH; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                k1[nt][e] += k2[nt][e];
+                for (int e = 0; e < 4; ++e)
+                    dqs[nt][e] += q1[nt][e];
         }
-        /* Kn . dKn = rk K . dKn */
-        rg0 += rk[i0] * (d20 - d10);
-        rg1 += rk[i1] * (d21 - d11);
-        gc0 += rk[i0] * d10;
-        gc1 += rk[i1] * d11;
-        warp_mm<T, NKH, C, false, false, LD64, LDK>(k1, F1, m0, Ks, ckc, lane);
-        warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, F2, m0, Ks, ckc, lane);
-        warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, ckc, lane);
-        if (p.G == 1) {
-            grad_l2_store<T, NKH, LDK>(k1, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
-        } else {
+        /* dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K + Ek^T Q. dGam takes Kn . dKn of the
+         * first two terms apart: the X term adds to dGam_i, the S' term subtracts from it and adds to
+         * dGam_C. */
+        float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
+        {
+            float k1[NKH][4], k2[NKH][4];
+            zero_acc(k1);
+            zero_acc(k2);
+            warp_mm<T, NKH, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, ckc, lane);
+            warp_mm<T, NKH, V, false, true, LDV, LDV>(k2, Wb, m0, Ss, ckc, lane);
+            const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
+            float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                *reinterpret_cast<float2 *>(p.dkn + part + i0 * K + d) = make_float2(k1[nt][0], k1[nt][1]);
-                *reinterpret_cast<float2 *>(p.dkn + part + i1 * K + d) = make_float2(k1[nt][2], k1[nt][3]);
+                const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
+                const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
+                k1[nt][0] *= gu[i0];
+                k1[nt][1] *= gu[i0];
+                k1[nt][2] *= gu[i1];
+                k1[nt][3] *= gu[i1];
+                k2[nt][0] *= x0;
+                k2[nt][1] *= x0;
+                k2[nt][2] *= x1;
+                k2[nt][3] *= x1;
+                d10 += ka * k1[nt][0] + kb * k1[nt][1];
+                d11 += kc * k1[nt][2] + kd * k1[nt][3];
+                d20 += ka * k2[nt][0] + kb * k2[nt][1];
+                d21 += kc * k2[nt][2] + kd * k2[nt][3];
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    k1[nt][e] += k2[nt][e];
             }
-        }
-    }
-    /* Row totals of the warp's columns (the four lanes of a row), then <dS', S> over the CTA in a
-     * fixed order. */
-    rg0 = row_sum4(rg0);
-    rg1 = row_sum4(rg1);
-    db0 = row_sum4(db0);
-    db1 = row_sum4(db1);
-    gc0 = row_sum4(gc0);
-    gc1 = row_sum4(gc1);
-    if (t == 0) {
-        float *rr = rres + half * 3 * C;
-        rr[i0] = rg0;
-        rr[i1] = rg1;
-        rr[C + i0] = db0;
-        rr[C + i1] = db1;
-        rr[2 * C + i0] = gc0;
-        rr[2 * C + i1] = gc1;
-    }
-    float dot = 0.f;
-    for (int idx = tid; idx < K * V / 2; idx += NTH) {
-        const int r = idx / (V / 2), c2 = 2 * (idx % (V / 2));
-        const float2 a = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Ss + r * LDV + c2));
-        const float2 b = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(dSs + r * LDV + c2));
-        dot += a.x * b.x + a.y * b.y;
-    }
+            /* Kn . dKn = rk K . dKn */
+            rg0 += rk[i0] * (d20 - d10);
+            rg1 += rk[i1] * (d21 - d11);
+            gc0 += rk[i0] * d10;
+            gc1 += rk[i1] * d11;
+            warp_mm<T, NKH, C, false, false, LD64, LDK>(k1, F1, m0, Ks, ckc, lane);
+            warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, F2, m0, Ks, ckc, lane);
+            warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, ckc, lane);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (lane == 0)
-        red[warp] = dot;
-    __syncthreads();
-
-    /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
-    if (warp == 0) {
-        const float *r0 = rres, *r1 = rres + 3 * C;
-        float dgam[2];
+            for (int nt = 0; nt < NKH; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int i = 2 * lane + e;
-            dgam[e] = (r0[i] + r1[i]) + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
+                for (int e = 0; e < 4; ++e)
+                    dks[nt][e] += k1[nt][e];
         }
-        if (lane == 31) {
-            float gsum = 0.f;
-            for (int i = 0; i < C; ++i)
-                gsum += r0[2 * C + i] + r1[2 * C + i];
-            dgam[1] += gC * (((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]))) + gsum;
+        /* Row totals of the warp's columns (the four lanes of a row), then <dS', S> over the CTA in a
+         * fixed order. */
+        rg0 = row_sum4(rg0);
+        rg1 = row_sum4(rg1);
+        db0 = row_sum4(db0);
+        db1 = row_sum4(db1);
+        gc0 = row_sum4(gc0);
+        gc1 = row_sum4(gc1);
+        if (t == 0) {
+            float *rr = rres + half * 3 * C;
+            rr[i0] = rg0;
+            rr[i1] = rg1;
+            rr[C + i0] = db0;
+            rr[C + i1] = db1;
+            rr[2 * C + i0] = gc0;
+            rr[2 * C + i1] = gc1;
         }
-        /* Suffix sums: inclusive scan of the pairs from the top lane down. */
-        float s = dgam[0] + dgam[1];
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float u = __shfl_down_sync(0xffffffffu, s, off);
-            if (lane + off < 32)
-                s += u;
-        }
-        const float dgv[2] = {s, s - dgam[0]};
-        float pa = 0.f, pb = 0.f;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int i = 2 * lane + e;
-            if (i >= L.cl)
-                continue;
-            const int64_t tok = L.t0 + i;
-            const float dgt = rows[R_LIVE * C + i] != 0.f ? dgv[e] : 0.f;
-            float dbt = r0[C + i] + r1[C + i];
-            const int64_t bo = L.row * p.beta.s[0] + tok * p.beta.s[1] + hv * p.beta.s[2];
-            if (p.beta_from_logits) {
-                const float sg = gate_sigmoid(load_elem(p.beta.data, p.beta.dtype, bo));
-                dbt *= (p.allow_neg_eigval ? 2.f : 1.f) * sg * (1.f - sg);
-            }
-            store_elem(p.dbeta.data, p.dbeta.dtype, L.row * p.dbeta.s[0] + tok * p.dbeta.s[1] + hv * p.dbeta.s[2], dbt);
-            if (p.g.data) {
-                static_cast<float *>(p.dg.data)[L.row * p.dg.s[0] + tok * p.dg.s[1] + hv * p.dg.s[2]] = dgt;
-            } else {
-                /* g = -exp(A_log) softplus(x): dg/dx = -exp(A_log) sigmoid(beta_sp x) (1 past the threshold). */
-                const float xin = load_elem(p.a.data, p.a.dtype, L.row * p.a.s[0] + tok * p.a.s[1] + hv * p.a.s[2]) +
-                                  (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
-                const float bx = p.sp_beta * xin;
-                const float slope = bx > p.sp_threshold ? 1.f : gate_sigmoid(bx);
-                const float A = expf(p.A_log[hv]);
-                const float dx = dgt * -A * slope;
-                store_elem(p.da.data, p.da.dtype, L.row * p.da.s[0] + tok * p.da.s[1] + hv * p.da.s[2], dx);
-                if (dgt != 0.f) /* a floored token adds nothing, even where g itself overflows to -inf */
-                    pa += dgt * gate_log_decay(xin, 0.f, p.A_log[hv], p.sp_beta, p.sp_threshold);
-                pb += dx;
-            }
+        float dot = 0.f;
+        for (int idx = tid; idx < K * V / 2; idx += NTH) {
+            const int r = idx / (V / 2), c2 = 2 * (idx % (V / 2));
+            const float2 a = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Ss + r * LDV + c2));
+            const float2 b = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(dSs + r * LDV + c2));
+            dot += a.x * b.x + a.y * b.y;
         }
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            pa += __shfl_xor_sync(0xffffffffu, pa, off);
-            pb += __shfl_xor_sync(0xffffffffu, pb, off);
-        }
+        for (int off = 16; off > 0; off >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0)
-            *gpart = make_float2(pa, pb);
-    }
-}
+            red[warp] = dot;
+        __syncthreads();
 
-/* ------------------------------------------------------------------------------------------ */
-/* bwd_qk, bwd_gate                                                                            */
-
-/* One warp per token row of (chunk slot, key head): dq and dk from the value heads' sums. */
-template <typename T, int K>
-__global__ void __launch_bounds__(128) bwd_qk_kernel(const BwdParams p)
-{
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t h = blockIdx.x % p.H, slot = blockIdx.x / p.H;
-    const Loc L = locate(p, slot);
-    constexpr int PER = K / 32;
-    for (int i = warp; i < L.cl; i += 4) {
-        const int64_t tok = L.t0 + i;
+        /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
+        if (warp == 0) {
+            const float *r0 = rres, *r1 = rres + 3 * C;
+            float dgam[2];
 #pragma unroll
-        for (int which = 0; which < 2; ++which) {
-            const float *src = which ? p.dkn : p.dqn;
-            const gdn_view &x = which ? p.k : p.q;
-            const gdn_view &dx = which ? p.dk : p.dq;
-            float gsum[PER], xv[PER];
-#pragma unroll
-            for (int e = 0; e < PER; ++e)
-                gsum[e] = 0.f;
-            for (int64_t j = 0; j < p.G; ++j) {
-                const float *r = src + (((size_t)(h * p.G + j) * p.slots + slot) * C + i) * K;
-#pragma unroll
-                for (int e = 0; e < PER; ++e)
-                    gsum[e] += r[lane + 32 * e];
+            for (int e = 0; e < 2; ++e) {
+                const int i = 2 * lane + e;
+                dgam[e] = (r0[i] + r1[i]) + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
             }
-            const T *xp = static_cast<const T *>(x.data) + L.row * x.s[0] + tok * x.s[1] + h * x.s[2];
-            float ss = 0.f, dot = 0.f;
+            if (lane == 31) {
+                float gsum = 0.f;
+                for (int i = 0; i < C; ++i)
+                    gsum += r0[2 * C + i] + r1[2 * C + i];
+                dgam[1] += gC * (((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]))) + gsum;
+            }
+            /* Suffix sums: inclusive scan of the pairs from the top lane down. */
+            float s = dgam[0] + dgam[1];
 #pragma unroll
-            for (int e = 0; e < PER; ++e) {
-                xv[e] = gdn_to_f32(xp[(lane + 32 * e) * x.s[3]]);
-                ss += xv[e] * xv[e];
-                dot += xv[e] * gsum[e];
+            for (int off = 1; off < 32; off <<= 1) {
+                const float u = __shfl_down_sync(0xffffffffu, s, off);
+                if (lane + off < 32)
+                    s += u;
+            }
+            const float dgv[2] = {s, s - dgam[0]};
+            float pa = 0.f, pb = 0.f;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = 2 * lane + e;
+                if (i >= L.cl)
+                    continue;
+                const int64_t tok = L.t0 + i;
+                const float dgt = rows[R_LIVE * C + i] != 0.f ? dgv[e] : 0.f;
+                float dbt = r0[C + i] + r1[C + i];
+                const int64_t bo = L.row * p.beta.s[0] + tok * p.beta.s[1] + hv * p.beta.s[2];
+                if (p.beta_from_logits) {
+                    const float sg = gate_sigmoid(load_elem(p.beta.data, p.beta.dtype, bo));
+                    dbt *= (p.allow_neg_eigval ? 2.f : 1.f) * sg * (1.f - sg);
+                }
+                store_elem(p.dbeta.data, p.dbeta.dtype, L.row * p.dbeta.s[0] + tok * p.dbeta.s[1] + hv * p.dbeta.s[2], dbt);
+                if (p.g.data) {
+                    static_cast<float *>(p.dg.data)[L.row * p.dg.s[0] + tok * p.dg.s[1] + hv * p.dg.s[2]] = dgt;
+                } else {
+                    /* g = -exp(A_log) softplus(x): dg/dx = -exp(A_log) sigmoid(beta_sp x) (1 past the threshold). */
+                    const float xin = load_elem(p.a.data, p.a.dtype, L.row * p.a.s[0] + tok * p.a.s[1] + hv * p.a.s[2]) +
+                                      (p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f);
+                    const float bx = p.sp_beta * xin;
+                    const float slope = bx > p.sp_threshold ? 1.f : gate_sigmoid(bx);
+                    const float A = expf(p.A_log[hv]);
+                    const float dx = dgt * -A * slope;
+                    store_elem(p.da.data, p.da.dtype, L.row * p.da.s[0] + tok * p.da.s[1] + hv * p.da.s[2], dx);
+                    if (dgt != 0.f) /* a floored token adds nothing, even where g itself overflows to -inf */
+                        pa += dgt * gate_log_decay(xin, 0.f, p.A_log[hv], p.sp_beta, p.sp_threshold);
+                    pb += dx;
+                }
             }
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
-                ss += __shfl_xor_sync(0xffffffffu, ss, off);
-                dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                pa += __shfl_xor_sync(0xffffffffu, pa, off);
+                pb += __shfl_xor_sync(0xffffffffu, pb, off);
             }
-            /* dx = r (dxh - xh (xh . dxh)) with xh = r x, r = (sum x^2 + 1e-6)^-1/2. */
-            const float r = p.l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f;
-            const float proj = p.l2norm ? r * r * dot : 0.f;
-            T *dp = static_cast<T *>(dx.data) + L.row * dx.s[0] + tok * dx.s[1] + h * dx.s[2];
-#pragma unroll
-            for (int e = 0; e < PER; ++e)
-                dp[(lane + 32 * e) * dx.s[3]] = gdn_from_f32<T>(r * (gsum[e] - xv[e] * proj));
+            if (lane == 0)
+                *gpart = make_float2(pa, pb);
         }
-    }
+        __syncthreads(); /* every read of this head's tiles done before the next head's copies */
+    } /* value heads of the group */
+    grad_l2_store<T, NKH, LDK>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
+    grad_l2_store<T, NKH, LDK>(dks, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* bwd_gate                                                                                    */
 
 /* dA_log[hv], ddt_bias[hv]: the slots' partials in a fixed order (strided shares, then a fixed tree). */
 __global__ void __launch_bounds__(256) bwd_gate_kernel(const BwdParams p)
