@@ -1,6 +1,7 @@
 /*
- * cuda_gate.cuh - the device gate and beta formulas (GDN_MATH.md "Gates"), shared by the gating op
- * (cuda_gating.cu), chunk_prep (sm90_chunk_prep.cuh), kda_prep and the recurrent kernels, so that
+ * cuda_gate.cuh - the device gate and beta formulas (GDN_MATH.md "Gates") and their derivatives,
+ * shared by the gating op (cuda_gating.cu), chunk_prep (sm90_chunk_prep.cuh), kda_prep, the
+ * recurrent kernels and the backward (sm90_chunk_bwd.cuh), so that
  * every path rounds the same way: accurate expf / log1pf in this order, as the CPU reference
  * computes them in float64 (one exception, kda_prep's gate_log_decay_kda_fast, below).
  */
@@ -22,6 +23,14 @@ __device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_
 }
 
 __device__ __forceinline__ float gate_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* d gate_softplus / dx: sigmoid(beta_sp x), 1 past the threshold (where softplus is x). The
+ * backward's da is dg (-exp(A_log)) times this, at x = a + dt_bias. */
+__device__ __forceinline__ float gate_softplus_slope(float x, float beta_sp, float threshold)
+{
+    const float bx = beta_sp * x;
+    return bx > threshold ? 1.0f : gate_sigmoid(bx);
+}
 
 /* KDA log decay of one key channel from a + dt_bias: with a lower bound L < 0 (FLA's safe gate)
  * L sigmoid(exp(A_log) (a + dt_bias)), in (L, 0); without (L = 0) the GDN formula. GDN passes
@@ -56,6 +65,13 @@ __device__ __forceinline__ float gate_beta(float logit, int allow_neg_eigval)
     if (allow_neg_eigval)
         b *= 2.0f;
     return b;
+}
+
+/* d gate_beta / d logit. */
+__device__ __forceinline__ float gate_beta_grad(float logit, int allow_neg_eigval)
+{
+    const float s = gate_sigmoid(logit);
+    return (allow_neg_eigval ? 2.0f : 1.0f) * s * (1.0f - s);
 }
 
 #endif /* GDN_CUDA_GATE_CUH */

@@ -1,0 +1,207 @@
+/*
+ * sm90_chunk_bwd_chain.cuh - bwd_chain: the state chain and its reverse.
+ */
+#ifndef GDN_SM90_CHUNK_BWD_CHAIN_CUH
+#define GDN_SM90_CHUNK_BWD_CHAIN_CUH
+
+#include "sm90_chunk_bwd_common.cuh"
+
+namespace gdn_bwd {
+
+/* Value columns per chain CTA: 32 halves each step's products (the chain's latency) against 64,
+ * for the same tile copies per step. */
+constexpr int CHAIN_VS = 32;
+
+template <typename T, int K> struct ChainSmem {
+    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD, LDS = Pitch<CHAIN_VS>::LD;
+    /* Two stages (the next chunk's copies fly during this chunk's products) of Ks, Qs [C][LDK], Xs
+     * (v or dO columns) [C][LDS], Tm, Pm [C][LD64] and the rows; then W, U, O2 [C][LDS] and Sb [K][LDS]. */
+    static constexpr int STAGE = (2 * C * LDK + C * LDS + 2 * C * LD64) * 2 + R_COUNT * C * 4;
+    static constexpr int BYTES = 2 * STAGE + (3 * C * LDS + K * LDS) * 2;
+};
+
+__device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
+{
+    return n * s.s[0] + hv * s.s[1] + r * s.s[2] + col * s.s[3];
+}
+
+constexpr int CHAIN_THREADS = 256;
+
+/* Eight warps: in the 64-row products warp w takes rows 16 (w % 4) and value columns 16 (w / 4);
+ * in the state (K rows) it takes m16 tile w (K = 128: all CHAIN_VS columns) or tile w % 4 and
+ * columns 16 (w / 4) (K = 64). Two warps per scheduler hide each other's fixed latencies. */
+template <typename T, int K>
+__global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParams p)
+{
+    using SM = ChainSmem<T, K>;
+    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, VS = CHAIN_VS, NTH = CHAIN_THREADS;
+    static_assert(VS == 32, "bwd_chain: two 16-column halves");
+    constexpr int SNT = K == 128 ? VS / 8 : VS / 16; /* n8 tiles of the warp's state slice */
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mr = 16 * (warp & 3), nc0 = 16 * (warp >> 2); /* the warp's block of the 64-row products */
+    const int sr = K == 128 ? 16 * warp : 16 * (warp & 3), sc = K == 128 ? 0 : 16 * (warp >> 2); /* its state block */
+    const int64_t vblocks = p.V / VS;
+    const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
+    const bool rev = blockIdx.y != 0;
+    const int v0 = (int)vb * VS;
+    const int64_t h = hv / p.G;
+    int64_t row, bos, len, slot0;
+    seq_info(p, n, row, bos, len, slot0);
+    const int64_t nc = (len + C - 1) / C;
+
+    T *W = reinterpret_cast<T *>(smem + 2 * SM::STAGE);
+    T *U = W + C * LDS;
+    T *O2 = U + C * LDS;
+    T *Sb = O2 + C * LDS;
+    /* Stage b's copies of the chunk of step `step` (none past the last). */
+    auto issue = [&](int64_t step, int b) {
+        if (step >= nc)
+            return;
+        const int64_t c = rev ? nc - 1 - step : step;
+        const int cl = (int)gdn_chunk::min64(C, len - c * C);
+        T *Ks = reinterpret_cast<T *>(smem + b * SM::STAGE);
+        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
+        const unsigned char *rec = rec_of(p, hv, slot0 + c);
+        load_tile<T, K, LDK, NTH>(Ks, p.k, row, bos + c * C, h, cl, 0, tid);
+        load_tile<T, VS, LDS, NTH>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid);
+        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
+        if (rev) {
+            load_tile<T, K, LDK, NTH>(Qs, p.q, row, bos + c * C, h, cl, 0, tid);
+            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
+        }
+        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
+        gdn_sm90::cp_async_commit();
+    };
+    issue(0, 0);
+
+    /* The running state (or its gradient) block, f32 in registers. */
+    float st[SNT][4];
+    const gdn_view &init = rev ? p.dht : p.h0;
+#pragma unroll
+    for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
+            st[nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
+        }
+
+    T *ws_tiles = static_cast<T *>(rev ? p.dS : p.S);
+    const int64_t tiles = rev ? 2 : 1; /* dS' keeps its rounding error as a second tile (bwd_grad) */
+    for (int64_t step = 0; step < nc; ++step) {
+        const int64_t c = rev ? nc - 1 - step : step;
+        const int64_t slot = slot0 + c;
+        const int cl = (int)gdn_chunk::min64(C, len - c * C);
+        T *Ks = reinterpret_cast<T *>(smem + (step & 1) * SM::STAGE);
+        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
+        const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
+        /* The state (rounded to the operands' type) to Sb and to the workspace; for dS' also the
+         * rounding error, as a second tile. */
+        store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
+        T *dst = ws_tiles + ((size_t)hv * p.slots + slot) * tiles * K * p.V + v0;
+        if (rev) {
+#pragma unroll
+            for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int r = sr + g + 8 * hr, col = sc + 8 * nt + 2 * t;
+                    const float a0 = st[nt][2 * hr], a1 = st[nt][2 * hr + 1];
+                    const float2 hi = Mma16<T>::unpack(Mma16<T>::pack(a0, a1));
+                    *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) = Mma16<T>::pack(a0 - hi.x, a1 - hi.y);
+                }
+        }
+        gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
+        __syncthreads();
+        store_mat<K, VS, LDS>(dst, p.V, Sb, tid, NTH);
+        if (!rev && step == nc - 1)
+            break; /* the final state is not needed */
+        /* The other stage was last read in the previous step, which ended with a barrier. */
+        issue(step + 1, (int)((step + 1) & 1));
+        const int i0 = mr + g, i1 = i0 + 8;
+        const float gC = rows[R_GC * C];
+        float acc[2][4];
+        zero_acc(acc);
+        /* Y = K S (forward) or Z = K dS' (reverse). */
+        warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane);
+        if (!rev) {
+            /* W = beta (V - ck Y) */
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] = rows[R_BETA * C + i] *
+                                 (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
+                }
+            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
+            __syncthreads();
+            zero_acc(acc);
+            warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
+            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+        } else {
+            /* dVn = cu Z + Pm^T dO */
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                acc[nt][0] *= rows[R_CU * C + i0];
+                acc[nt][1] *= rows[R_CU * C + i0];
+                acc[nt][2] *= rows[R_CU * C + i1];
+                acc[nt][3] *= rows[R_CU * C + i1];
+            }
+            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Pm, mr, Xs, nc0, lane);
+            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
+            /* O2 = cq dO, 8 columns a thread */
+            for (int idx = tid; idx < C * VS / 8; idx += NTH) {
+                const int i = idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
+                const float cq = rows[R_CQ * C + i];
+                uint4 w = *reinterpret_cast<const uint4 *>(Xs + i * LDS + c8);
+                uint32_t *x = reinterpret_cast<uint32_t *>(&w);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = Mma16<T>::unpack(x[e]);
+                    x[e] = Mma16<T>::pack(cq * f.x, cq * f.y);
+                }
+                *reinterpret_cast<uint4 *>(O2 + i * LDS + c8) = w;
+            }
+            __syncthreads();
+            zero_acc(acc);
+            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* dU = T^T dVn */
+            /* dv = dX = beta dU (live rows); U = -ck dX. */
+            const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
+            T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, col = v0 + nc0 + 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] *= e < 2 ? b0 : b1;
+                    if (i < cl)
+                        dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
+                }
+            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+        }
+        /* S' = gC S + K^T U (U = cu Vn), or dS = gC dS' + Q^T O2 + K^T U (U = -ck dX, O2 = cq dO). */
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                st[nt][e] *= gC;
+        if (rev)
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
+        warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
+        __syncthreads(); /* the tiles and Sb are rewritten next step */
+    }
+    if (rev && p.dh0.data) {
+#pragma unroll
+        for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
+                store_elem(p.dh0.data, p.state_dtype, state_off(p.dh0, n, hv, r, col), st[nt][e]);
+            }
+    }
+}
+
+} /* namespace gdn_bwd */
+
+#endif /* GDN_SM90_CHUNK_BWD_CHAIN_CUH */

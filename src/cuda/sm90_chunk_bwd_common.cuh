@@ -1,0 +1,193 @@
+/*
+ * sm90_chunk_bwd_common.cuh - what the backward's passes share (sm90_chunk_bwd.cuh lists them):
+ * the launch struct, the record's layout, the chunk-slot map and the tile copies.
+ */
+#ifndef GDN_SM90_CHUNK_BWD_COMMON_CUH
+#define GDN_SM90_CHUNK_BWD_COMMON_CUH
+
+#include "sm90_chunk_common.cuh"
+#include "sm90_chunk_prep.cuh" /* G_FLOOR, LOG2E, prep_inverse, warp_cumsum_pairs */
+#include "sm90_mma_tiles.cuh"
+
+namespace gdn_bwd {
+
+using namespace gdn_tiles;
+using gdn_chunk::C;
+using gdn_chunk::G_FLOOR;
+
+struct BwdParams {
+    int64_t T, N, H, HV, G, V;
+    int64_t cps;              /* chunks per sequence without cu_seqlens */
+    int64_t slots;            /* chunk slots per value head (the forward's map) */
+    const int32_t *cu;        /* [N + 1] or NULL */
+    gdn_view q, k, v, d_o;    /* s = {b, t, h, d} */
+    gdn_view g, a, beta;      /* s = {b, t, hv} */
+    const float *A_log;
+    const float *dt_bias;
+    int64_t dt_h;
+    float sp_beta, sp_threshold;
+    int beta_from_logits, allow_neg_eigval;
+    float scale;
+    int l2norm;
+    gdn_dtype state_dtype;
+    gdn_view h0, dht, dh0;    /* s = {n, hv, k, v}; may be absent */
+    gdn_view dq, dk, dv;
+    gdn_view dg, da, dbeta;
+    gdn_view dA_log, ddt_bias;
+    /* Workspace, [HV][slots] of each. */
+    unsigned char *rec;       /* BwdRec */
+    void *S;                  /* [K][V] 16-bit: the state entering the chunk */
+    void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
+    float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
+};
+
+/* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
+ * the per-token rows below (f32). Rows past the end of a sequence hold g = 0, beta = 0, k = q = 0. */
+enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };
+constexpr int REC_BYTES = 2 * C * C * 2 + R_COUNT * C * 4;
+static_assert(REC_BYTES % 16 == 0, "record: whole 16-byte copies");
+
+/* Chunk slot -> sequence, chunk, first token, live rows (cl = 0: a padding slot). */
+struct Loc {
+    int64_t n, row, t0;
+    int c, cl;
+};
+
+__device__ __forceinline__ int64_t clamp_tok(const BwdParams &p, int32_t x)
+{
+    return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
+}
+
+/* Sequence n: batch row, first token, length, first slot (as the forward's sequence()). */
+__device__ __forceinline__ void seq_info(const BwdParams &p, int64_t n, int64_t &row, int64_t &bos, int64_t &len,
+                                         int64_t &slot0)
+{
+    if (p.cu) {
+        const int64_t a = clamp_tok(p, p.cu[n]), b = clamp_tok(p, p.cu[n + 1]);
+        row = 0;
+        bos = a;
+        len = b > a ? b - a : 0;
+        slot0 = a / C + n;
+    } else {
+        row = n;
+        bos = 0;
+        len = p.T;
+        slot0 = n * p.cps;
+    }
+}
+
+__device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
+{
+    int64_t n;
+    if (p.cu) {
+        /* The first slots of the sequences increase strictly: the last one at or before slot. */
+        int64_t lo = 0, hi = p.N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (clamp_tok(p, p.cu[mid]) / C + mid <= slot)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        n = lo;
+    } else {
+        n = slot / p.cps;
+    }
+    Loc l;
+    int64_t bos, len, slot0;
+    seq_info(p, n, l.row, bos, len, slot0);
+    l.n = n;
+    l.c = (int)(slot - slot0);
+    const int64_t rest = len - (int64_t)l.c * C;
+    /* c < 0 only with cu_seqlens that are not monotone (unchecked on the device): no chunk there,
+     * as in the forward's prep_locate. */
+    l.cl = l.c < 0 || rest <= 0 ? 0 : (rest < C ? (int)rest : C);
+    l.t0 = bos + (int64_t)l.c * C;
+    return l;
+}
+
+/* exp(x) for x <= 0 (a decay between two tokens of a chunk) in one MUFU.EX2: relative error about
+ * 2^-22, far below the 16-bit operands it meets. */
+__device__ __forceinline__ float decay(float x) { return gdn_chunk::fast_exp2(x * gdn_chunk::LOG2E); }
+
+__device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv, int64_t slot)
+{
+    return p.rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
+}
+
+/* The loads below issue cp.async copies (16 bytes each) where the source allows, so that all of a
+ * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.
+ * Rows past cl are zero-filled; strided or misaligned rows are read element by element. */
+
+/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), by NTHR threads. */
+template <typename T, int D, int LD, int NTHR>
+__device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row, int64_t t0, int64_t head, int cl,
+                                          int d0, int tid)
+{
+    constexpr int CPR = D / 8, RSTEP = NTHR / CPR; /* 16-byte chunks a row; rows a pass */
+    static_assert(NTHR % CPR == 0 && C % RSTEP == 0, "load_tile: whole rows a pass");
+    const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
+    if (x.s[3] == 1 && ((uintptr_t)base & 15) == 0 && (x.s[1] & 7) == 0) {
+        /* Every row 16-byte aligned: one cp.async a chunk, rows past cl zero-filled (src_bytes 0). */
+        const int r0 = tid / CPR, c8 = (tid % CPR) * 8;
+        const T *src = base + r0 * x.s[1] + c8;
+        const int64_t step = (int64_t)RSTEP * x.s[1];
+#pragma unroll
+        for (int j = 0; j < C / RSTEP; ++j) {
+            const int r = r0 + j * RSTEP;
+            gdn_sm90::cp_async16(dst + r * LD + c8, r < cl ? src + j * step : base, r < cl ? 16 : 0);
+        }
+        return;
+    }
+    for (int idx = tid; idx < C * CPR; idx += NTHR) {
+        const int r = idx / CPR, c8 = (idx % CPR) * 8;
+        T *d = dst + r * LD + c8;
+        const T *src = base + r * x.s[1] + c8 * x.s[3];
+        if (r >= cl) {
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0, 0, 0, 0);
+        } else if (x.s[3] == 1 && ((uintptr_t)src & 15) == 0) {
+            gdn_sm90::cp_async16(d, src, 16);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                d[j] = src[j * x.s[3]];
+        }
+    }
+}
+
+/* Columns c0 .. c0 + W of a contiguous [R][SRC_COLS] 16-bit matrix into a [R][LD] tile. */
+template <int R, int W, int SRC_COLS, int LD, typename T>
+__device__ __forceinline__ void load_mat(T *dst, const T *src, int c0, int tid, int nthr)
+{
+    for (int idx = tid; idx < R * W / 8; idx += nthr) {
+        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
+        gdn_sm90::cp_async16(dst + r * LD + c8, src + r * SRC_COLS + c0 + c8, 16);
+    }
+}
+
+/* n floats (a multiple of 4, 16-byte aligned at both ends). */
+__device__ __forceinline__ void load_f32(float *dst, const void *src, int n, int tid, int nthr)
+{
+    for (int idx = tid; idx < n / 4; idx += nthr)
+        gdn_sm90::cp_async16(dst + 4 * idx, static_cast<const float *>(src) + 4 * idx, 16);
+}
+
+__device__ __forceinline__ void loads_done()
+{
+    gdn_sm90::cp_async_commit();
+    gdn_sm90::cp_async_wait<0>();
+}
+
+/* The reverse: a [R][LD] tile to columns 0 .. W of a matrix with row pitch dst_cols. */
+template <int R, int W, int LD, typename T>
+__device__ __forceinline__ void store_mat(T *dst, int64_t dst_cols, const T *src, int tid, int nthr)
+{
+    for (int idx = tid; idx < R * W / 8; idx += nthr) {
+        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
+        *reinterpret_cast<uint4 *>(dst + r * dst_cols + c8) = *reinterpret_cast<const uint4 *>(src + r * LD + c8);
+    }
+}
+
+} /* namespace gdn_bwd */
+
+#endif /* GDN_SM90_CHUNK_BWD_COMMON_CUH */
