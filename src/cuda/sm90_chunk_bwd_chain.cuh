@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
     const bool rev = blockIdx.y != 0;
     const int v0 = (int)vb * VS;
     const int64_t h = hv / p.G;
-    int64_t row, bos, len, slot0;
-    seq_info(p, n, row, bos, len, slot0);
+    const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, n);
+    const int64_t row = sq.row, bos = sq.bos, len = sq.len, slot0 = sq.slot0;
     const int64_t nc = (len + C - 1) / C;
 
     T *W = reinterpret_cast<T *>(smem + 2 * SM::STAGE);

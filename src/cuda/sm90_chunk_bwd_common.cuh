@@ -53,56 +53,20 @@ struct Loc {
     int c, cl;
 };
 
-__device__ __forceinline__ int64_t clamp_tok(const BwdParams &p, int32_t x)
-{
-    return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
-}
-
-/* Sequence n: batch row, first token, length, first slot (as the forward's sequence()). */
-__device__ __forceinline__ void seq_info(const BwdParams &p, int64_t n, int64_t &row, int64_t &bos, int64_t &len,
-                                         int64_t &slot0)
-{
-    if (p.cu) {
-        const int64_t a = clamp_tok(p, p.cu[n]), b = clamp_tok(p, p.cu[n + 1]);
-        row = 0;
-        bos = a;
-        len = b > a ? b - a : 0;
-        slot0 = a / C + n;
-    } else {
-        row = n;
-        bos = 0;
-        len = p.T;
-        slot0 = n * p.cps;
-    }
-}
-
+/* Through the forward's slot map (slot_sequence, sequence), so that both passes see the same chunks. */
 __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
 {
-    int64_t n;
-    if (p.cu) {
-        /* The first slots of the sequences increase strictly: the last one at or before slot. */
-        int64_t lo = 0, hi = p.N - 1;
-        while (lo < hi) {
-            const int64_t mid = (lo + hi + 1) / 2;
-            if (clamp_tok(p, p.cu[mid]) / C + mid <= slot)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        n = lo;
-    } else {
-        n = slot / p.cps;
-    }
+    int64_t c;
     Loc l;
-    int64_t bos, len, slot0;
-    seq_info(p, n, l.row, bos, len, slot0);
-    l.n = n;
-    l.c = (int)(slot - slot0);
-    const int64_t rest = len - (int64_t)l.c * C;
+    l.n = gdn_chunk::slot_sequence(p, slot, c);
+    const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, l.n);
+    l.row = sq.row;
+    l.c = (int)c;
+    const int64_t rest = sq.len - (int64_t)l.c * C;
     /* c < 0 only with cu_seqlens that are not monotone (unchecked on the device): no chunk there,
      * as in the forward's prep_locate. */
     l.cl = l.c < 0 || rest <= 0 ? 0 : (rest < C ? (int)rest : C);
-    l.t0 = bos + (int64_t)l.c * C;
+    l.t0 = sq.bos + (int64_t)l.c * C;
     return l;
 }
 

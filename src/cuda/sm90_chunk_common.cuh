@@ -130,7 +130,10 @@ struct SeqInfo {
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-__device__ __forceinline__ int64_t clamp_t(const ChunkParams &p, int32_t x)
+/* The chunk-slot map, shared by the forward (ChunkParams) and the backward (gdn_bwd::BwdParams):
+ * any P with T, N, cps and cu. A cu_seqlens entry clamped to [0, T] (cu is not checked on the
+ * device). */
+template <typename P> __device__ __forceinline__ int64_t clamp_t(const P &p, int32_t x)
 {
     return x < 0 ? 0 : (x > p.T ? p.T : (int64_t)x);
 }
@@ -161,7 +164,7 @@ __device__ __forceinline__ int64_t ckpt_slot(const ChunkParams &p, int64_t n, in
     return s >= p.pool_slot_min && s < p.pool_slots ? s : -1;
 }
 
-__device__ __forceinline__ SeqInfo sequence(const ChunkParams &p, int64_t n)
+template <typename P> __device__ __forceinline__ SeqInfo sequence(const P &p, int64_t n)
 {
     SeqInfo s;
     if (p.cu) {
@@ -177,6 +180,30 @@ __device__ __forceinline__ SeqInfo sequence(const ChunkParams &p, int64_t n)
         s.slot0 = n * p.cps;
     }
     return s;
+}
+
+/* The sequence of chunk slot `slot` and the chunk's index c in it (c < 0 only where cu_seqlens
+ * decreases: no chunk there). Varlen: sequence n starts at slot floor(cu[n] / 64) + n, so the
+ * owner is the largest n with that at or before the slot. */
+template <typename P> __device__ __forceinline__ int64_t slot_sequence(const P &p, int64_t slot, int64_t &c)
+{
+    int64_t n;
+    if (!p.cu) {
+        n = slot / p.cps;
+        c = slot % p.cps;
+    } else {
+        int64_t lo = 0, hi = p.N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (clamp_t(p, p.cu[mid]) / C + mid <= slot)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        n = lo;
+        c = slot - (clamp_t(p, p.cu[n]) / C + n);
+    }
+    return n;
 }
 
 

@@ -219,23 +219,8 @@ template <bool GROUPED> __device__ __forceinline__ PrepItem prep_locate(const Ch
     const unsigned groups = (unsigned)(p.HV / it.nh);
     it.slot = item / groups;
     it.hv0 = (int)(item % groups) * it.nh;
-    int64_t n, c;
-    if (!p.cu) {
-        n = it.slot / p.cps;
-        c = it.slot % p.cps;
-    } else {
-        /* Largest n with floor(cu[n] / 64) + n <= slot. */
-        int64_t lo = 0, hi = p.N - 1;
-        while (lo < hi) {
-            const int64_t mid = (lo + hi + 1) / 2;
-            if (clamp_t(p, p.cu[mid]) / C + mid <= it.slot)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        n = lo;
-        c = it.slot - (clamp_t(p, p.cu[n]) / C + n);
-    }
+    int64_t c;
+    const int64_t n = slot_sequence(p, it.slot, c);
     it.sq = sequence(p, n);
     /* No chunk: padding, or a cu_seqlens that decreases. */
     it.cl = c < 0 || c * C >= it.sq.len ? 0 : (int)min64(C, it.sq.len - c * C);
