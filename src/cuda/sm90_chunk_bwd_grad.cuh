@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
     const int64_t h = blockIdx.x % p.H, slot = blockIdx.x / p.H;
     const Loc L = locate(p, slot);
     if (L.cl == 0) {
-        if (tid < p.G)
-            p.gpart[(h * p.G + tid) * p.slots + slot] = make_float2(0.f, 0.f);
+        for (int64_t j = tid; j < p.G; j += NTH) /* a padding slot adds nothing to any head's sums */
+            p.gpart[(h * p.G + j) * p.slots + slot] = make_float2(0.f, 0.f);
         return;
     }
     T *Qs = reinterpret_cast<T *>(smem);
