@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
             load_tile<T, K, LDK, NTH>(Qs, p.q, row, bos + c * C, h, cl, 0, tid);
             load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
         }
-        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
+        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + REC_ROWS, R_COUNT * C, tid, NTH);
         gdn_sm90::cp_async_commit();
     };
     issue(0, 0);

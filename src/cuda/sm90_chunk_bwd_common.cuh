@@ -44,29 +44,29 @@ struct BwdParams {
 /* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
  * the per-token rows below (f32). Rows past the end of a sequence hold g = 0, beta = 0, k = q = 0. */
 enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };
-constexpr int REC_BYTES = 2 * C * C * 2 + R_COUNT * C * 4;
+constexpr int REC_ROWS = 2 * C * C * 2; /* byte offset of the rows */
+constexpr int REC_BYTES = REC_ROWS + R_COUNT * C * 4;
 static_assert(REC_BYTES % 16 == 0, "record: whole 16-byte copies");
 
-/* Chunk slot -> sequence, chunk, first token, live rows (cl = 0: a padding slot). */
+/* Chunk slot -> batch row, first token, live rows (cl = 0: a padding slot). */
 struct Loc {
-    int64_t n, row, t0;
-    int c, cl;
+    int64_t row, t0;
+    int cl;
 };
 
 /* Through the forward's slot map (slot_sequence, sequence), so that both passes see the same chunks. */
 __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
 {
     int64_t c;
+    const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, gdn_chunk::slot_sequence(p, slot, c));
     Loc l;
-    l.n = gdn_chunk::slot_sequence(p, slot, c);
-    const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, l.n);
     l.row = sq.row;
-    l.c = (int)c;
-    const int64_t rest = sq.len - (int64_t)l.c * C;
+    const int ci = (int)c;
+    const int64_t rest = sq.len - (int64_t)ci * C;
     /* c < 0 only with cu_seqlens that are not monotone (unchecked on the device): no chunk there,
      * as in the forward's prep_locate. */
-    l.cl = l.c < 0 || rest <= 0 ? 0 : (rest < C ? (int)rest : C);
-    l.t0 = sq.bos + (int64_t)l.c * C;
+    l.cl = ci < 0 || rest <= 0 ? 0 : (rest < C ? (int)rest : C);
+    l.t0 = sq.bos + (int64_t)ci * C;
     return l;
 }
 

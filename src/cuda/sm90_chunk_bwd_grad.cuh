@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
         load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
         load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
-        load_f32(rows, rec + 2 * C * C * 2, R_COUNT * C, tid, NTH);
+        load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
         gdn_sm90::cp_async_commit();
         load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
         gdn_sm90::cp_async_commit();

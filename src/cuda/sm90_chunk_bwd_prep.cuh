@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
     load_tile<T, K, LDK, 128>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
     load_tile<T, K, LDK, 128>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
     unsigned char *rec = rec_of(p, hv, slot);
-    float *rows = reinterpret_cast<float *>(rec + 2 * C * C * 2);
+    float *rows = reinterpret_cast<float *>(rec + REC_ROWS);
     if (tid < C) {
         float gv = 0.f, bv = 0.f, live = 1.f;
         if (tid < L.cl) {
