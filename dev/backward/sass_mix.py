@@ -7,23 +7,16 @@ bwd_chain's this way (HMMA 6 % of its instructions, IMAD 21 %).
     python3 dev/backward/sass_mix.py OUT/sass_bwd_chain.csv [N]
 """
 import collections
-import csv
+import os
 import sys
 
-
-def num(x):
-    try:
-        return float(str(x).replace(",", ""))
-    except ValueError:
-        return 0.0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "prefill"))
+from ncu_stalls import num, read_source_csv  # noqa: E402
 
 
 def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 28
-    lines = open(path).read().splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith('"Address"') or l.startswith("Address"))
-    rows = list(csv.reader(lines[start:]))
-    head, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    head, body = read_source_csv(path)
     ie, src = head.index("Instructions Executed"), head.index("Source")
     smp = next(i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All"))
     instr, samples = collections.Counter(), collections.Counter()

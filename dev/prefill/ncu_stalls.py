@@ -17,13 +17,18 @@ def num(x):
         return 0.0
 
 
-def main():
-    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
+def read_source_csv(path):
+    """The header and the SASS lines of ncu's source-page CSV (also dev/backward/sass_mix.py's reader)."""
     with open(path, newline="") as f:
         lines = f.read().splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith('"Address"') or l.startswith("Address"))
     rows = list(csv.reader(lines[start:]))
-    head, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    return rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+
+
+def main():
+    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    head, body = read_source_csv(path)
     allc = next(i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All"))
     src = head.index("Source")
     reasons = [i for i, h in enumerate(head) if h.startswith("stall_") or (h.startswith("Stall") and "Sampl" not in h)]
