@@ -225,6 +225,14 @@ typedef struct gdn_chunk_fwd_args {
                               * call runs on as many threads as it covers, one at least) */
     size_t workspace_bytes;
     void *stream;            /* cudaStream_t for CUDA tensors */
+
+    /* Training: the states that gdn_chunk_bwd reads instead of recomputing them (pass the same
+     * buffer as gdn_chunk_bwd_args.saved_states, with the same inputs), gdn_chunk_saved_states_size()
+     * bytes, 16-byte aligned, on the tensors' device; may be absent. Not with state_indices.
+     * Ignored where the size is 0 (the CPU backend, KDA gates, shapes the CUDA backward does not
+     * take): that backward recomputes them. */
+    void *saved_states;
+    size_t saved_states_bytes;
 } gdn_chunk_fwd_args;
 
 /* Bytes of workspace for these arguments (validated as by the call itself; the workspace fields
@@ -241,15 +249,23 @@ typedef struct gdn_chunk_fwd_args {
 GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *bytes);
 GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
 
+/* Bytes of saved_states for these arguments (validated as by gdn_chunk_fwd): on CUDA with GDN gates,
+ * bf16 / f16 inputs and K, V of 64 or 128, the state entering every 64-token chunk in the input
+ * dtype, K * V * 2 bytes per chunk and value head (512 B per token and value head at K = V = 128);
+ * else 0. */
+GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, size_t *bytes);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Chunked backward (training)                                                                 */
 
 /* Gradients of L = sum(d_o * o) + sum(dht * final_state) through the chunked forward with the
  * same inputs. GDN gates only (a KDA gate gives GDN_ERR_UNSUPPORTED).
  *
- * Storage: the forward saves nothing; the backward recomputes what it needs from the inputs. It
- * keeps a checkpoint of the state every 64 tokens of a sequence and recomputes the states inside
- * each 64-token chunk from its checkpoint while walking the tokens in reverse.
+ * Storage: the backward needs the state entering every 64-token chunk. The CUDA forward saves them
+ * where the caller gives it saved_states (gdn_chunk_saved_states_size); the backward reads them
+ * from the same buffer, else recomputes them. The CPU backward always recomputes: it keeps a
+ * checkpoint of the state every 64 tokens of a sequence and recomputes the states inside each
+ * 64-token chunk from its checkpoint while walking the tokens in reverse.
  *   CPU: the checkpoints are double: 8 * K * V / 64 bytes per token and value head of the
  *   sequences in flight (one sequence and key-head group per thread at a time), plus per thread
  *   the 65 states of one chunk (65 * 8 * K * V bytes) and the adjoint states of a group; all of it
@@ -258,9 +274,9 @@ GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
  *   one at least.
  *   CUDA (bf16 / f16 inputs, K and V of 64 or 128, f32 / bf16 states): per 64-token chunk and
  *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B), the state
- *   entering the chunk (K V 16-bit values) and the gradient of the state leaving it (2 K V: hi and
- *   lo parts): 1836 B per token and value head at K = V = 128. No allocation, no host sync,
- *   graph-capturable; bitwise repeatable.
+ *   entering the chunk (K V 16-bit values; not with saved_states) and the gradient of the state
+ *   leaving it (2 K V: hi and lo parts): 1836 B per token and value head at K = V = 128, 1324 B
+ *   with saved_states. No allocation, no host sync, graph-capturable; bitwise repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
  * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,
@@ -299,6 +315,11 @@ typedef struct gdn_chunk_bwd_args {
     void *workspace;         /* gdn_chunk_bwd_workspace_size() bytes, 256-byte aligned; CPU too */
     size_t workspace_bytes;
     void *stream;            /* cudaStream_t for CUDA tensors */
+
+    /* The states gdn_chunk_fwd saved with the same inputs (gdn_chunk_fwd_args.saved_states), or
+     * absent: recomputed. Ignored where gdn_chunk_saved_states_size gives 0. */
+    const void *saved_states;
+    size_t saved_states_bytes;
 } gdn_chunk_bwd_args;
 
 /* Bytes of workspace for these arguments (validated as by the call itself; the workspace fields

@@ -241,6 +241,18 @@ static void add_out(alias_set *s, const gdn_tensor *t, const char *name)
         s->out[s->n_out++] = extent_of(t, name);
 }
 
+/* A raw buffer of n bytes (saved_states) as an input or an output extent. */
+static void add_bytes(alias_set *s, int out, const void *data, size_t n, const char *name)
+{
+    if (!data || n == 0)
+        return;
+    extent e = {(uintptr_t)data, (uintptr_t)data + n, name, NULL};
+    if (out)
+        s->out[s->n_out++] = e;
+    else
+        s->in[s->n_in++] = e;
+}
+
 static gdn_status check_aliasing(const alias_set *s)
 {
     for (int i = 0; i < s->n_out; i++) {
@@ -690,6 +702,23 @@ static gdn_status resolve_chunk_pool(device_ctx *dev, const gdn_chunk_fwd_args *
     return check_host_slots(idx, "state_indices", p->num_slots);
 }
 
+/* The states the forward saves for the backward (gdn.h, gdn_chunk_saved_states_size): kept where
+ * the backend saves any, checked for size and alignment; ignored (NULL) where it saves none. */
+static gdn_status resolve_saved_states(gdn_problem *p, const device_ctx *dev, void *buf, size_t bytes)
+{
+    p->saved_states = NULL;
+    const size_t need = dev->type == GDN_DEVICE_CUDA ? gdn_cuda_chunk_saved_states_size(p) : 0;
+    if (!buf || need == 0)
+        return GDN_OK;
+    if (bytes < need)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT,
+                             "saved_states: %zu bytes given, %zu needed (gdn_chunk_saved_states_size)", bytes, need);
+    if ((uintptr_t)buf % 16 != 0)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "saved_states: pointer must be 16-byte aligned");
+    p->saved_states = buf;
+    return GDN_OK;
+}
+
 static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, device_ctx *dev)
 {
     if (!args)
@@ -723,6 +752,11 @@ static gdn_status resolve_chunk(const gdn_chunk_fwd_args *args, gdn_problem *p, 
         aliases.alias_out = &args->final_state;
     }
     add_out(&aliases, &args->final_state, "final_state");
+    if (args->saved_states && pooled)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "saved_states: not with a state pool (state_indices); the "
+                                                       "backward takes initial states, not a pool");
+    TRY(resolve_saved_states(p, dev, args->saved_states, args->saved_states_bytes));
+    add_bytes(&aliases, 1, p->saved_states, args->saved_states_bytes, "saved_states");
     TRY(check_aliasing(&aliases));
 
     return set_call(p, dev, args->stream, args->workspace, args->workspace_bytes);
@@ -953,6 +987,17 @@ gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, size_t *
 
 gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args) { return fwd_run(&chunk_op, args); }
 
+gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, size_t *bytes)
+{
+    clear_error();
+    if (!bytes)
+        return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    gdn_problem p;
+    TRY(fwd_prepare(&chunk_op, args, &p));
+    *bytes = p.device == GDN_DEVICE_CUDA ? gdn_cuda_chunk_saved_states_size(&p) : 0;
+    return GDN_OK;
+}
+
 gdn_status gdn_recurrent_fwd_workspace_size(const gdn_recurrent_fwd_args *args, size_t *bytes)
 {
     return fwd_workspace_size(&recurrent_op, args, bytes);
@@ -1037,6 +1082,8 @@ static gdn_status resolve_chunk_bwd(const gdn_chunk_bwd_args *args, gdn_bwd_prob
         TRY(check_state(dev, &args->dh0, "dh0", p, p->N, &state_dtype));
         add_out(&aliases, &args->dh0, "dh0");
     }
+    TRY(resolve_saved_states(p, dev, (void *)args->saved_states, args->saved_states_bytes));
+    add_bytes(&aliases, 0, p->saved_states, args->saved_states_bytes, "saved_states");
     TRY(check_aliasing(&aliases));
 
     p->state_dtype = state_dtype == STATE_DTYPE_UNSET ? GDN_DTYPE_F32 : state_dtype;

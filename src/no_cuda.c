@@ -71,6 +71,12 @@ size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p)
     return 0;
 }
 
+size_t gdn_cuda_chunk_saved_states_size(const gdn_problem *p)
+{
+    (void)p;
+    return 0;
+}
+
 gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p)
 {
     (void)p;

@@ -79,6 +79,8 @@ typedef struct gdn_problem {
     int64_t checkpoint_interval;        /* chunk: M > 0, a multiple of 64; 0 = no checkpoints */
     const int32_t *checkpoint_indices;  /* [N, ckpt_cols] */
     int64_t ckpt_stride_n, ckpt_stride_j, ckpt_cols;
+    /* Chunk forward: written, chunk backward: read (gdn_chunk_saved_states_size); NULL: none. */
+    void *saved_states;
 
     void *workspace;
     size_t workspace_bytes;
@@ -158,6 +160,7 @@ size_t gdn_cuda_recurrent_fwd_workspace_size(const gdn_problem *p);
 gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p);
 gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *p);
 size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *p);
+size_t gdn_cuda_chunk_saved_states_size(const gdn_problem *p); /* 0: the backward reads none */
 gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *p);
 
 #ifdef __cplusplus

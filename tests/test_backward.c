@@ -217,11 +217,54 @@ static gdn_status run_bwd(bw_call *k)
     return gdn_chunk_bwd(&k->a);
 }
 
+#ifdef GDN_WITH_CUDA
+/* The forward on the device tensors of a (o into a fresh buffer, copied to the host o_host),
+ * with saved_states (may be NULL) given. */
+static gdn_status fwd_cuda(const gdn_chunk_bwd_args *a, void *o_host, const gdn_tensor *o_like, void *saved,
+                           size_t saved_bytes)
+{
+    gdn_chunk_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.q = a->q;
+    f.k = a->k;
+    f.v = a->v;
+    f.gate = a->gate;
+    f.scale = a->scale;
+    f.use_qk_l2norm = a->use_qk_l2norm;
+    f.cu_seqlens = a->cu_seqlens;
+    f.state_layout = a->state_layout;
+    f.initial_state = a->initial_state;
+    f.o = *o_like;
+    f.o.device = a->v.device;
+    f.o.device_ordinal = a->v.device_ordinal;
+    f.saved_states = saved;
+    f.saved_states_bytes = saved_bytes;
+    const size_t ob = tu_numel(o_like) * gdn_dtype_size(o_like->dtype);
+    TU_CUDA_OK(cudaMalloc(&f.o.data, ob));
+    size_t bytes = 0;
+    void *ws = NULL;
+    gdn_status st = gdn_chunk_fwd_workspace_size(&f, &bytes);
+    if (st == GDN_OK) {
+        TU_CUDA_OK(cudaMalloc(&ws, bytes ? bytes : 1));
+        f.workspace = ws;
+        f.workspace_bytes = bytes;
+        st = gdn_chunk_fwd(&f);
+    }
+    TU_CUDA_OK(cudaMemcpy(o_host, f.o.data, ob, cudaMemcpyDeviceToHost));
+    TU_CUDA_OK(cudaFree(f.o.data));
+    TU_CUDA_OK(cudaFree(ws));
+    return st;
+}
+#endif
+
 /* The call on CUDA: every tensor mirrored to the device, the workspace there (poisoned with 0xff
  * bytes), the outputs copied back to the host buffers. graph: the call is captured in a CUDA graph
  * on a non-blocking stream (so it may not allocate, synchronize or read device data on the host),
- * then the graph is launched. */
-static gdn_status run_bwd_cuda_graph(bw_call *k, int graph)
+ * then the graph is launched. saved: the backward reads the states that the forward saved
+ * (gdn_chunk_fwd_args.saved_states, a buffer poisoned with 0xff first; 2: the backward is told
+ * 16 bytes fewer than the query's); the forward's o must keep the bits of a forward that saves
+ * nothing. */
+static gdn_status run_bwd_cuda_mode(bw_call *k, int graph, int saved)
 {
 #ifdef GDN_WITH_CUDA
     gdn_chunk_bwd_args a = k->a;
@@ -232,8 +275,41 @@ static gdn_status run_bwd_cuda_graph(bw_call *k, int graph)
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         tu_mirror_tensor(&m, ts[i]);
     size_t bytes = 0;
-    void *ws = NULL;
-    gdn_status st = gdn_chunk_bwd_workspace_size(&a, &bytes);
+    void *ws = NULL, *sv = NULL;
+    gdn_status st = GDN_OK;
+    if (saved) {
+        gdn_chunk_fwd_args f;
+        memset(&f, 0, sizeof f);
+        f.q = a.q;
+        f.k = a.k;
+        f.v = a.v;
+        f.gate = a.gate;
+        f.use_qk_l2norm = a.use_qk_l2norm;
+        f.cu_seqlens = a.cu_seqlens;
+        f.state_layout = a.state_layout;
+        f.initial_state = a.initial_state;
+        f.o = a.dv; /* a device tensor of o's shape for the query's checks; nothing is written */
+        size_t sb = 0;
+        st = gdn_chunk_saved_states_size(&f, &sb);
+        tu_expect(st == GDN_OK && sb > 0, "gdn_chunk_saved_states_size: %zu bytes (%s)", sb, gdn_last_error());
+        if (st == GDN_OK && sb > 0) {
+            TU_CUDA_OK(cudaMalloc(&sv, sb));
+            TU_CUDA_OK(cudaMemset(sv, 0xff, sb));
+            const size_t ob = tu_numel(&k->o) * gdn_dtype_size(k->o.dtype);
+            unsigned char *o1 = malloc(ob), *o2 = malloc(ob);
+            st = fwd_cuda(&a, o1, &k->o, NULL, 0);
+            if (st == GDN_OK)
+                st = fwd_cuda(&a, o2, &k->o, sv, sb);
+            if (st == GDN_OK)
+                tu_expect(tu_same_bytes(o1, o2, ob), "the forward's o changes when it saves the states");
+            free(o1);
+            free(o2);
+            a.saved_states = sv;
+            a.saved_states_bytes = saved == 2 ? sb - 16 : sb;
+        }
+    }
+    if (st == GDN_OK)
+        st = gdn_chunk_bwd_workspace_size(&a, &bytes);
     if (st == GDN_OK) {
         TU_CUDA_OK(cudaMalloc(&ws, bytes ? bytes : 1));
         TU_CUDA_OK(cudaMemset(ws, 0xff, bytes));
@@ -264,15 +340,17 @@ static gdn_status run_bwd_cuda_graph(bw_call *k, int graph)
         printf("    gdn_chunk_bwd (CUDA): %s (%s)\n", gdn_status_string(st), gdn_last_error());
     tu_mirror_back(&m);
     TU_CUDA_OK(cudaFree(ws));
+    TU_CUDA_OK(cudaFree(sv));
     return st;
 #else
     (void)k;
     (void)graph;
+    (void)saved;
     return GDN_ERR_UNSUPPORTED;
 #endif
 }
 
-static gdn_status run_bwd_cuda(bw_call *k) { return run_bwd_cuda_graph(k, 0); }
+static gdn_status run_bwd_cuda(bw_call *k) { return run_bwd_cuda_mode(k, 0, 0); }
 
 /* L = sum(d_o * o) + sum(dht * ht) by the forward on the call's inputs. */
 static double loss(bw_call *k)
@@ -526,9 +604,8 @@ static int test_empty_sequences(void)
     return TU_PASS;
 }
 
-/* f32 / bf16 inputs against the f64 oracle on the same rounded values. */
 /* The backend's gradients in dtype dt against the float64 oracle on the same rounded inputs; cuda:
- * the call runs on the GPU. */
+ * 1 the call runs on the GPU, 2 there from the states that the GPU forward saved. */
 static void check_grads(const bw_cfg *cfg, gdn_dtype dt, gdn_dtype state_dt, double tol, double tol_gate, int cuda)
 {
     bw_case cs;
@@ -547,7 +624,7 @@ static void check_grads(const bw_cfg *cfg, gdn_dtype dt, gdn_dtype state_dt, dou
     bw_call ref, k;
     call_init(&ref, &cs, GDN_DTYPE_F64, GDN_DTYPE_F64, GDN_DTYPE_F64);
     call_init(&k, &cs, dt, state_dt, dt);
-    gdn_status s1 = run_bwd(&ref), s2 = cuda ? run_bwd_cuda(&k) : run_bwd(&k);
+    gdn_status s1 = run_bwd(&ref), s2 = cuda ? run_bwd_cuda_mode(&k, 0, cuda == 2) : run_bwd(&k);
     if (tu_expect(s1 == GDN_OK && s2 == GDN_OK, "gdn_chunk_bwd: %s", gdn_last_error())) {
         const gdn_tensor *o[] = {&k.a.dq, &k.a.dk, &k.a.dv, &k.a.dg, &k.a.da, &k.a.dA_log, &k.a.ddt_bias,
                                  &k.a.dbeta, &k.a.dh0};
@@ -558,7 +635,7 @@ static void check_grads(const bw_cfg *cfg, gdn_dtype dt, gdn_dtype state_dt, dou
             if (!o[i]->data)
                 continue;
             char what[64];
-            snprintf(what, sizeof what, "%s%s (%s)", cuda ? "cuda " : "", names[i],
+            snprintf(what, sizeof what, "%s%s (%s)", cuda == 2 ? "cuda saved " : cuda ? "cuda " : "", names[i],
                      dt == GDN_DTYPE_BF16 ? "bf16" : dt == GDN_DTYPE_F16 ? "f16" : "f32");
             const int gate_grad = i >= 3 && i <= 6;
             no_poison(what, o[i]);
@@ -617,6 +694,13 @@ static int need_gpu(void)
     return 0;
 }
 
+/* Both CUDA modes, recomputed and saved states, within the bars. */
+static void check_grads_cuda(const bw_cfg *cfg, gdn_dtype dt, gdn_dtype state_dt)
+{
+    for (int mode = 1; mode <= 2; mode++)
+        check_grads(cfg, dt, state_dt, 5e-3, 1e-2, mode);
+}
+
 /* The CUDA backward against the float64 oracle: head dims, GVA (2x, 3x), L2 norm, both state dtypes
  * and layouts, dht, precomputed and in-kernel gates with beta logits, varlen with empty and short
  * sequences, extreme gates, f16. The bars are the issue's: 5e-3 for dq, dk, dv, dbeta, dh0; 1e-2 for
@@ -634,7 +718,7 @@ static int test_cuda_grads(void)
         c.l2norm = 1;
         c.h0 = 1;
         c.dht = 1;
-        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     {
         bw_cfg c = base(1, 200, 1, 3, 910); /* in-kernel gate, logits, V-first bf16 states, HV = 3H */
@@ -647,7 +731,7 @@ static int test_cuda_grads(void)
         c.h0 = 1;
         c.dht = 1;
         c.layout = GDN_STATE_VK;
-        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16);
     }
     {
         bw_cfg c = base(1, 0, 2, 2, 920); /* varlen: empty, one token, chunk edges */
@@ -659,7 +743,7 @@ static int test_cuda_grads(void)
         c.h0 = 1;
         c.dht = 1;
         c.raw = 1;
-        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     {
         bw_cfg c = base(1, 300, 1, 2, 930); /* extreme gates: g = -1e4 and 0 among the draws */
@@ -668,7 +752,7 @@ static int test_cuda_grads(void)
         c.h0 = 1;
         c.dht = 1;
         c.l2norm = 1;
-        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     for (int d = 0; d < 2; d++) {
         /* Many (sequence, value head) chains of uneven lengths side by side (several chain
@@ -681,12 +765,12 @@ static int test_cuda_grads(void)
         c.l2norm = 1;
         c.h0 = 1;
         c.dht = 1;
-        check_grads(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     {
         bw_cfg c = base(2, 130, 1, 1, 940); /* f16, no l2 norm (unit keys), no states */
         c.K = c.V = 64;
-        check_grads(&c, GDN_DTYPE_F16, GDN_DTYPE_F32, 5e-3, 1e-2, 1);
+        check_grads_cuda(&c, GDN_DTYPE_F16, GDN_DTYPE_F32);
     }
     return TU_PASS;
 }
@@ -710,11 +794,19 @@ static int test_cuda_deterministic(void)
     bw_call k1, k2;
     call_init(&k1, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
     call_init(&k2, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
-    tu_expect(run_bwd_cuda(&k1) == GDN_OK && run_bwd_cuda_graph(&k2, 1) == GDN_OK, "gdn_chunk_bwd: %s",
+    tu_expect(run_bwd_cuda(&k1) == GDN_OK && run_bwd_cuda_mode(&k2, 1, 0) == GDN_OK, "gdn_chunk_bwd: %s",
               gdn_last_error());
     expect_same_grads(&k1, &k2, "an eager and a graph-replayed CUDA call");
+    bw_call k3, k4;
+    call_init(&k3, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
+    call_init(&k4, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
+    tu_expect(run_bwd_cuda_mode(&k3, 0, 1) == GDN_OK && run_bwd_cuda_mode(&k4, 1, 1) == GDN_OK, "gdn_chunk_bwd: %s",
+              gdn_last_error());
+    expect_same_grads(&k3, &k4, "an eager and a graph-replayed CUDA call from saved states");
     call_free(&k1);
     call_free(&k2);
+    call_free(&k3);
+    call_free(&k4);
     case_free(&cs);
     return TU_PASS;
 }
@@ -815,6 +907,14 @@ static int test_cuda_limits(void)
     call_init(&k, &cs, GDN_DTYPE_F32, GDN_DTYPE_F32, GDN_DTYPE_F32);
     gdn_status st = run_bwd_cuda(&k);
     tu_expect(st == GDN_ERR_UNSUPPORTED && strstr(gdn_last_error(), "bf16 or f16"), "f32 inputs: %s (%s)",
+              gdn_status_string(st), gdn_last_error());
+    tu_expect(tu_count_poison(k.a.dq.data, k.a.dq.dtype, tu_numel(&k.a.dq)) == tu_numel(&k.a.dq),
+              "dq written by a refused call");
+    call_free(&k);
+    /* saved_states shorter than the query's size: refused before any work. */
+    call_init(&k, &cs, GDN_DTYPE_BF16, GDN_DTYPE_F32, GDN_DTYPE_BF16);
+    st = run_bwd_cuda_mode(&k, 0, 2);
+    tu_expect(st == GDN_ERR_INVALID_ARGUMENT && strstr(gdn_last_error(), "saved_states"), "short saved_states: %s (%s)",
               gdn_status_string(st), gdn_last_error());
     tu_expect(tu_count_poison(k.a.dq.data, k.a.dq.dtype, tu_numel(&k.a.dq)) == tu_numel(&k.a.dq),
               "dq written by a refused call");

@@ -1,7 +1,8 @@
 #!/bin/bash
 # device_check.sh - one device call for a backward change: the CUDA tests of test_backward, the
 # sanitizers on them, the Python backward tests (and optionally the full suite), then per-kernel
-# times of each library given, at two shapes.
+# times of each library given, at three shapes; then the forward's cost of saving the states and
+# the backward's gain from them (saved_states.py).
 #
 #   build-dev/{libgdn.so,test_backward} and, for an A/B, build-dev/base/libgdn.so
 #   bash dev/backward/device_check.sh [full]
@@ -27,3 +28,5 @@ for lib in $D/base/libgdn.so $D/libgdn.so; do
         GDN_LIBRARY=$lib python3 dev/backward/profile_bwd.py $shape 2>&1 | tail -6
     done
 done
+echo "== saved states"
+PYTHONPATH=$PWD/python:$PWD/bench:$PWD/.peers/fla GDN_LIBRARY=$D/libgdn.so python3 dev/backward/saved_states.py 2>&1 | tail -5

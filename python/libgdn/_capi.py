@@ -128,7 +128,10 @@ class ChunkFwdArgs(ctypes.Structure):
         ("null_slot_zero", ctypes.c_int),
         ("checkpoint_interval", ctypes.c_int64),
         ("checkpoint_indices", Tensor),
-    ] + FWD_OUTPUT_FIELDS
+    ] + FWD_OUTPUT_FIELDS + [
+        ("saved_states", ctypes.c_void_p),
+        ("saved_states_bytes", ctypes.c_size_t),
+    ]
 
 
 class RecurrentFwdArgs(ctypes.Structure):
@@ -160,6 +163,8 @@ class ChunkBwdArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("stream", ctypes.c_void_p),
+        ("saved_states", ctypes.c_void_p),
+        ("saved_states_bytes", ctypes.c_size_t),
     ]
 
 
@@ -241,6 +246,8 @@ def _declare(lib):
     lib.gdn_recurrent_fwd_workspace_size.argtypes = [P(RecurrentFwdArgs), P(ctypes.c_size_t)]
     lib.gdn_recurrent_fwd.restype = ctypes.c_int
     lib.gdn_recurrent_fwd.argtypes = [P(RecurrentFwdArgs)]
+    lib.gdn_chunk_saved_states_size.restype = ctypes.c_int
+    lib.gdn_chunk_saved_states_size.argtypes = [P(ChunkFwdArgs), P(ctypes.c_size_t)]
     lib.gdn_chunk_bwd_workspace_size.restype = ctypes.c_int
     lib.gdn_chunk_bwd_workspace_size.argtypes = [P(ChunkBwdArgs), P(ctypes.c_size_t)]
     lib.gdn_chunk_bwd.restype = ctypes.c_int

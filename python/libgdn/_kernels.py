@@ -127,35 +127,51 @@ def _no_states(t):
     return torch.empty(0, dtype=torch.float32, device=t.device)
 
 
+def saved_states_bytes(q, v, cu_seqlens, gate_kind):
+    """gdn_chunk_saved_states_size without a call (the fake implementations need it): the state
+    entering every 64-token chunk slot (sm90_chunk_common.cuh's map), K V 16-bit values per slot and
+    value head, where the CUDA backward reads them; else 0. The op checks it against the query."""
+    B, T, _, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if q.device.type != "cuda" or gate_kind != C.GDN_GATE_GDN or q.dtype not in (torch.bfloat16, torch.float16) \
+            or K not in (64, 128) or V not in (64, 128):
+        return 0
+    # varlen: floor(T / 64) + N + 1 slots, N + 1 being cu_seqlens' length
+    slots = T // 64 + cu_seqlens.shape[0] if cu_seqlens is not None else B * ((T + 63) // 64)
+    return HV * slots * K * V * 2
+
+
 def _chunk_fwd_fake(x):
     q, v = x["q"], x["v"]
     o = v.new_empty(v.shape)
+    saved = q.new_empty((saved_states_bytes(q, v, x["cu_seqlens"], x["gate_kind"]) if x["save_states"] else 0,),
+                        dtype=torch.uint8)
     if not x["output_final_state"]:
-        return o, _no_states(q)
+        return o, _no_states(q), saved
     shape = _state_shape(_num_seqs(q, x["cu_seqlens"]), v.shape[2], q.shape[3], v.shape[3], x["state_v_first"])
-    return o, q.new_empty(shape, dtype=x["final_state_dtype"])
+    return o, q.new_empty(shape, dtype=x["final_state_dtype"]), saved
 
 
 def _chunk_fwd_setup_context(ctx, inputs, output):
     (q, k, v, g, a, A_log, dt_bias, beta, gate_kind, _, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
-     cu_seqlens, state_v_first, initial_state, output_final_state, _, caller) = inputs
-    ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state, cu_seqlens)
+     cu_seqlens, state_v_first, initial_state, output_final_state, _, _, caller) = inputs
+    ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state, cu_seqlens, output[2])
     ctx.opts = (gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, output_final_state,
                 caller)
 
 
-def _chunk_fwd_backward(ctx, do, dht):
+def _chunk_fwd_backward(ctx, do, dht, _saved=None):
     """libgdn::chunk_fwd's derivative (torch >= 2.4): gdn_chunk_bwd, None for the non-tensor inputs."""
     gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, final, caller = ctx.opts
     if gate_kind != C.GDN_GATE_GDN:
         raise C.GDNUnsupportedError(f"{caller}: the backward takes GDN gates only (KDA: not yet)",
                                     C.GDN_ERR_UNSUPPORTED)
-    q, k, v, g, a, A_log, dt_bias, beta, h0, cu = ctx.saved_tensors
+    q, k, v, g, a, A_log, dt_bias, beta, h0, cu, saved = ctx.saved_tensors
     dq, dk, dv, dg, da, dA_log, ddt_bias, dbeta, dh0 = chunk_grads(
         q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
-        state_v_first, h0, do, dht if final else None, caller)
+        state_v_first, h0, do, dht if final else None, caller, saved)
     return (dq, dk, dv, dg, da, dA_log, ddt_bias, dbeta, None, None, None, None, None, None, None, None, dh0, None,
-            None, None)
+            None, None, None)
 
 
 @custom_op("libgdn::chunk_fwd", mutates_args=(), fake=_chunk_fwd_fake,
@@ -164,9 +180,10 @@ def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
               dt_bias: Optional[Tensor], beta: Tensor, gate_kind: int, lower_bound: float, beta_from_logits: bool,
               allow_neg_eigval: bool, scale: float, use_qk_l2norm: bool, cu_seqlens: Optional[Tensor],
               state_v_first: bool, initial_state: Optional[Tensor], output_final_state: bool,
-              final_state_dtype: torch.dtype, caller: str) -> Tuple[Tensor, Tensor]:
-    """gdn_chunk_fwd: (o, final state, or an empty tensor without output_final_state). Messages
-    start with `caller`, the public function called."""
+              final_state_dtype: torch.dtype, save_states: bool, caller: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """gdn_chunk_fwd: (o, final state or an empty tensor without output_final_state, the states
+    saved for the backward: uint8, empty where save_states is false or the backend saves none).
+    Messages start with `caller`, the public function called."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.device
@@ -183,9 +200,19 @@ def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
     args.stream = C.stream_of(q)
     L = C.lib()
     kept = _index_args(caller, L.gdn_chunk_fwd_workspace_size, args, dev, {"cu_seqlens": cu})
+    nsaved = saved_states_bytes(q, v, cu, gate_kind) if save_states else 0
+    if save_states:
+        nbytes = ctypes.c_size_t(0)
+        C.check(L.gdn_chunk_saved_states_size(ctypes.byref(args), ctypes.byref(nbytes)), caller)
+        if nbytes.value != nsaved:
+            raise C.GDNError(f"{caller}: saved states: the library asks {nbytes.value} bytes, libgdn's Python "
+                             f"side {nsaved} (saved_states_bytes is out of step with the library)")
+    saved = _empty((nsaved,), torch.uint8, dev)
+    if nsaved:
+        args.saved_states, args.saved_states_bytes = saved.data_ptr(), nsaved
     _run(caller, L.gdn_chunk_fwd_workspace_size, L.gdn_chunk_fwd, args, dev)
     del kept
-    return o, (final if final is not None else _no_states(q))
+    return o, (final if final is not None else _no_states(q)), saved
 
 
 @custom_op("libgdn::chunk_fwd_pool", mutates_args=("pool",), fake=lambda x: x["v"].new_empty(x["v"].shape))
@@ -312,7 +339,7 @@ def _chunk_bwd_fake(x):
 def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[Tensor], A_log: Optional[Tensor],
               dt_bias: Optional[Tensor], beta: Tensor, beta_from_logits: bool, allow_neg_eigval: bool, scale: float,
               use_qk_l2norm: bool, cu_seqlens: Optional[Tensor], state_v_first: bool,
-              initial_state: Optional[Tensor], d_o: Tensor, dht: Optional[Tensor],
+              initial_state: Optional[Tensor], d_o: Tensor, dht: Optional[Tensor], saved_states: Optional[Tensor],
               caller: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """gdn_chunk_bwd (GDN gates): (dq, dk, dv, dg or da, dA_log, ddt_bias, dbeta, dh0), an empty
     tensor for each gradient whose input is absent. The workspace (needed on the CPU too) comes
@@ -335,6 +362,8 @@ def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
                     ("ddt_bias", ddt_bias), ("dbeta", dbeta), ("dh0", dh0)):
         setattr(args, name, C.describe(t, name))
     args.stream = C.stream_of(q)
+    if saved_states is not None and saved_states.numel() > 0:
+        args.saved_states, args.saved_states_bytes = saved_states.data_ptr(), saved_states.numel()
     L = C.lib()
     kept = _index_args(caller, L.gdn_chunk_bwd_workspace_size, args, dev, {"cu_seqlens": cu})
     nbytes = ctypes.c_size_t(0)
@@ -351,7 +380,7 @@ def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], a: Optional[
 
 
 def chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
-                cu_seqlens, state_v_first, initial_state, do, dht, caller):
+                cu_seqlens, state_v_first, initial_state, do, dht, caller, saved_states=None):
     """The gradients of the chunked forward's tensor inputs (q, k, v, g, a, A_log, dt_bias, beta,
     initial_state; None for the absent ones) from those of its outputs: do (None: zero) and dht
     (None: zero; converted to the initial state's dtype, which the C API shares between them)."""
@@ -363,7 +392,7 @@ def chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg
         dht = dht.to(initial_state.dtype)
     dq, dk, dv, dgate, dA_log, ddt_bias, dbeta, dh0 = chunk_bwd(
         q, k, v, g, a, A_log, dt_bias, beta, bool(beta_from_logits), bool(allow_neg_eigval), float(scale),
-        bool(use_qk_l2norm), cu_seqlens, bool(state_v_first), initial_state, do, dht, caller)
+        bool(use_qk_l2norm), cu_seqlens, bool(state_v_first), initial_state, do, dht, saved_states, caller)
     return (dq, dk, dv, dgate if g is not None else None, dgate if a is not None else None,
             dA_log if a is not None else None, ddt_bias if dt_bias is not None else None, dbeta,
             dh0 if initial_state is not None else None)

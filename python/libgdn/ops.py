@@ -369,11 +369,12 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     g, a, A_log, dt_bias = gate
     opts = _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
                          state_v_first, output_final_state, state_dtype)
-    if kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0) and \
-            not _op_differentiates(opts, q):
+    train = kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0)
+    if train and not _op_differentiates(opts, q):
         o, final = _ChunkFunction.apply(q, k, v, g, a, A_log, dt_bias, beta, h0, opts)
     else:
-        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
+        # Where the op differentiates, its forward saves the states its backward reads.
+        o, final, _ = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0, train)
     return o, (final if output_final_state else None)
 
 
@@ -401,9 +402,10 @@ def _grad_needed(*tensors):
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
+def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0, save_states=False):
     """libgdn::chunk_fwd, or the recurrent op where the chunk kernel does not take the call
-    (_recurrent_instead): (o, the final state or an empty tensor without one)."""
+    (_recurrent_instead): (o, the final state or an empty tensor without one, the states saved for
+    the backward with save_states, or None / an empty tensor)."""
     if _recurrent_instead(o.fn, q, o.kind):
         # The recurrent op calls its state argument `state`; name the chunk function's argument.
         rows = o.cu.shape[0] - 1 if o.cu is not None else q.shape[0]
@@ -414,21 +416,22 @@ def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0):
                                          beta, o.beta_from_logits, o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu,
                                          o.state_v_first, h0, None, None, False, False,
                                          1 if o.output_final_state else 0, o.state_dtype)
-        return out, (final if final is not None else torch.empty(0, dtype=torch.float32, device=q.device))
+        return out, (final if final is not None else torch.empty(0, dtype=torch.float32, device=q.device)), None
     return chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, o.kind, o.lower_bound, o.beta_from_logits,
                      o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu, o.state_v_first, h0, o.output_final_state,
-                     o.state_dtype, o.fn)
+                     o.state_dtype, bool(save_states), o.fn)
 
 
 class _ChunkFunction(torch.autograd.Function):
     """The chunked forward with its backward (gdn_chunk_bwd) where the op does not carry it
-    (_op_differentiates): the forward saves its inputs only, the backward recomputes the rest."""
+    (_op_differentiates): the forward saves its inputs and, where the backend keeps them, the
+    states entering its chunks; the backward recomputes the rest."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):
         ctx.opts = opts
-        ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, h0)
-        o, final = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0)
+        o, final, saved = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0, True)
+        ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, h0, saved)
         if not opts.output_final_state:
             ctx.mark_non_differentiable(final)
         return o, final
@@ -436,10 +439,10 @@ class _ChunkFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dht):
         o = ctx.opts
-        q, k, v, g, a, A_log, dt_bias, beta, h0 = ctx.saved_tensors
+        q, k, v, g, a, A_log, dt_bias, beta, h0, saved = ctx.saved_tensors
         grads = chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, o.beta_from_logits, o.allow_neg_eigval, o.scale,
                             o.use_qk_l2norm, o.cu, o.state_v_first, h0, do, dht if o.output_final_state else None,
-                            o.fn)
+                            o.fn, saved)
         return grads + (None,)
 
 

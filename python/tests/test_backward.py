@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import libgdn
-from libgdn import _capi, _kernels
+from libgdn import _capi, _custom_ops, _kernels
 from reference import gdn_gate, kv, recurrence, rel_err, to_layout
 
 K = V = 64  # the head dims the library takes (64, 128, 256)
@@ -171,7 +171,7 @@ def test_custom_op_derivative(gen):
     h0 = rnd(gen, 3, HV, V, K)
     do, dht = rnd(gen, 1, T, HV, V), rnd(gen, 3, HV, V, K)
     args = (q, k, v, None, a, A_log, dt_bias, b, 0, 0.0, True, True, 0.5, True, cu, True, h0, True, torch.float64,
-            "chunk_gated_delta_rule")
+            True, "chunk_gated_delta_rule")
     ctx = Ctx()
     out = _kernels.chunk_fwd(*args)
     _kernels._chunk_fwd_setup_context(ctx, args, out)
@@ -187,7 +187,8 @@ def test_custom_op_derivative(gen):
     torch.autograd.backward((o, ht), (do, dht))
     for i, x in zip((0, 1, 2, 4, 7, 5, 6, 16), ins):  # q, k, v, a, b (beta), A_log, dt_bias, h0
         assert torch.equal(grads[i], x.grad), f"input {i}"
-    assert all(g is None for i, g in enumerate(grads) if i in (3, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19))
+    assert all(g is None for i, g in enumerate(grads) if i in (3, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20))
+    assert out[2].numel() == 0  # the CPU backend saves no states
 
 
 def test_bf16_grads_dtypes(gen):
@@ -260,6 +261,38 @@ def test_cuda_grads_match_float64(device, gen, dims):
             err = rel_err(x.grad.cpu(), r.grad)
         bar = 1e-2 if name in ("a", "A_log", "dt_bias") else 5e-3
         assert err < bar, f"d{name}: rel err {err:.2e} (bar {bar:.0e})"
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_cuda_saved_states(device, gen, varlen):
+    """The CUDA forward saves the states its backward reads (the path training takes): the buffer has
+    the size the fake implementation gives torch.compile; the gradients from it match the recomputing
+    backward's within the bars; and the backward does read it (zeroed states change dq)."""
+    if device != "cuda":
+        pytest.skip("CUDA only")
+    B, T, H, HV, Kd = (1, 300, 1, 2, 64) if varlen else (2, 200, 1, 2, 128)
+    cu = torch.tensor([0, 100, 100, 300], dtype=torch.int32, device="cuda") if varlen else None
+    q, k = rnd(gen, B, T, H, Kd).cuda().bfloat16(), rnd(gen, B, T, H, Kd).cuda().bfloat16()
+    v = rnd(gen, B, T, HV, Kd).cuda().bfloat16()
+    g = F.logsigmoid(rnd(gen, B, T, HV)).float().cuda()
+    beta = torch.rand(B, T, HV, generator=gen).cuda().bfloat16()
+    args = (q, k, v, g, None, None, None, beta, 0, 0.0, False, False, 0.0, True, cu, False, None, False,
+            torch.float32, True, "chunk_gated_delta_rule")
+    o, _, saved = _kernels.chunk_fwd(*args)
+    slots = T // 64 + 4 if varlen else B * ((T + 63) // 64)
+    assert saved.dtype == torch.uint8 and saved.numel() == HV * slots * Kd * Kd * 2
+    assert _custom_ops.fake_of(_kernels.chunk_fwd)(*args)[2].shape == saved.shape
+    o2, _, none = _kernels.chunk_fwd(*args[:-2], False, args[-1])
+    assert none.numel() == 0 and torch.equal(o, o2)
+    do = rnd(gen, B, T, HV, Kd).cuda().bfloat16()
+    common = (q, k, v, g, None, None, None, beta, False, False, 0.0, True, cu, False, None, do, None,
+              "chunk_gated_delta_rule")
+    from_saved, recomputed = _kernels.chunk_grads(*common, saved), _kernels.chunk_grads(*common)
+    for name, x, y in zip(("dq", "dk", "dv", "dg", "da", "dA_log", "ddt_bias", "dbeta"), from_saved, recomputed):
+        if y is not None:
+            assert rel_err(x.float(), y.float()) < 5e-3, name
+    zeroed = _kernels.chunk_grads(*common, torch.zeros_like(saved))
+    assert rel_err(zeroed[0].float(), recomputed[0].float()) > 1e-2
 
 
 def test_cuda_backward_refuses_f32(device):

@@ -48,11 +48,11 @@ def op_cases(device):
     name = "chunk_gated_delta_rule"
     return [
         ("chunk", _kernels.chunk_fwd, (q, k, v, *gate, False, False, 0.0, True, None, False, h0, True, torch.float32,
-                                  name)),
+                                  True, name)),
         ("chunk-varlen-host-cu", _kernels.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False, 0.3, False,
-                                                 cu_host, True, None, False, torch.bfloat16, name)),
+                                                 cu_host, True, None, False, torch.bfloat16, True, name)),
         ("chunk-varlen-no-state", _kernels.chunk_fwd, (q1, k1, v1, g1, None, None, None, beta1, 0, 0.0, False, False,
-                                                  0.0, True, cu_dev, False, None, False, torch.float32, name)),
+                                                  0.0, True, cu_dev, False, None, False, torch.float32, False, name)),
         ("recurrent-final", _kernels.recurrent_fwd, (q, k, v, *gate[:5], 0, 0.0, 0.0, 0.0, False, False, 0.0, True, None,
                                                 False, h0, None, None, False, 1, torch.float32, name)),
         ("recurrent-steps", _kernels.recurrent_fwd, (qd, kd, vd, *raw, 1.0, 20.0, True, False, 0.0, True, None, True,
@@ -64,9 +64,9 @@ def op_cases(device):
         ("recurrent-states-inplace", _kernels.recurrent_fwd_inplace, (q, k, v, *gate, 0.0, 0.0, False, False, 0.0, False,
                                                                  None, False, h0.clone(), None, None, False, name)),
         ("chunk-bwd", _kernels.chunk_bwd, (q, k, v, g, None, None, None, beta, False, False, 0.0, True, None, False,
-                                           h0, torch.randn_like(v), torch.randn_like(h0), name)),
+                                           h0, torch.randn_like(v), torch.randn_like(h0), None, name)),
         ("chunk-bwd-raw-varlen", _kernels.chunk_bwd, (q1, k1, v1, None, a1, A_log, dt_bias, beta1, True, True, 0.3,
-                                                      False, cu_host, True, None, torch.randn_like(v1), None, name)),
+                                                      False, cu_host, True, None, torch.randn_like(v1), None, None, name)),
         ("gating", _kernels.gating, (a, A_log, dt_bias, a.bfloat16(), torch.bfloat16, 1.0, 20.0, "fused_gdn_gating")),
         ("gating-no-b", _kernels.gating, (a.view(B, HV), A_log, None, None, torch.float32, 0.0, 0.0, "fused_gdn_gate")),
     ]

@@ -2,23 +2,18 @@
  * sm90_chunk_bwd.cu - gdn_chunk_bwd on CUDA (GDN gates): limits, workspace, launches of the
  * passes in sm90_chunk_bwd.cuh (which documents them).
  *
- * Storage: the forward saves nothing. The backward recomputes, per (chunk slot, value head), a
- * record (19200 B), the state entering the chunk (K V 16-bit values) and the gradient of the
- * state leaving it (2 K V: hi and lo parts): per token and value head at K = V = 128, 1836 B of
- * workspace. Chunk slots follow the forward's map (varlen: sequence n starts at slot
- * floor(cu[n] / 64) + n), so cu_seqlens is read on the device only.
- * No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
+ * Storage: per (chunk slot, value head) the backward keeps a record (19200 B), the state entering
+ * the chunk (K V 16-bit values, as S^T) and the gradient of the state leaving it (2 K V: hi and lo
+ * parts): 1836 B of workspace per token and value head at K = V = 128. The states entering the
+ * chunks come from the forward where it saved them (gdn_chunk_fwd_args.saved_states: 512 B per
+ * token and value head, written by chunk_wg's output warpgroup); then the workspace drops them
+ * (1324 B) and bwd_chain runs only its reverse role. Chunk slots follow the forward's map
+ * (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device
+ * only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
 #include "sm90_chunk_bwd.cuh"
 
 namespace gdn_bwd {
-
-static int64_t slots_per_head(const gdn_problem *p)
-{
-    if (p->cu_seqlens)
-        return p->T / C + p->N + 1;
-    return p->N * ((p->T + C - 1) / C);
-}
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
@@ -26,13 +21,16 @@ struct WsPlan {
     size_t rec, S, dS, gpart, bytes;
 };
 
+/* The states entering the chunks: [HV][slots][V][K] in the input type. */
+static size_t states_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)(p->HV * p->K * p->V) * 2; }
+
 static WsPlan plan_ws(const gdn_problem *p)
 {
     const size_t units = (size_t)slots_per_head(p) * (size_t)p->HV;
     WsPlan w;
     w.rec = 0;
     w.S = w.rec + align256(units * REC_BYTES);
-    w.dS = w.S + align256(units * (size_t)(p->K * p->V) * 2);
+    w.dS = w.S + (p->saved_states ? 0 : align256(states_bytes(p)));
     w.gpart = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
     w.bytes = w.gpart + align256(units * sizeof(float2));
     return w;
@@ -60,7 +58,9 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
         GDN_OK)
         return st;
-    if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), 2), CHAIN_THREADS,
+    /* The forward role only where the forward did not save the states. */
+    if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), prm.S_saved ? 1 : 2),
+                     CHAIN_THREADS,
                      ChainSmem<T, K>::BYTES, stream, prm, "bwd_chain")) != GDN_OK)
         return st;
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
@@ -99,6 +99,15 @@ extern "C" gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *bp)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA backward's grid",
                              (long long)p->T, (long long)p->HV);
     return GDN_OK;
+}
+
+/* The bytes of states the forward saves for this backward: 0 where the backward would not take the
+ * call (it then recomputes nothing it could have read). */
+extern "C" size_t gdn_cuda_chunk_saved_states_size(const gdn_problem *p)
+{
+    const bool takes = p->gate_kind == GDN_GATE_GDN && (p->q.dtype == GDN_DTYPE_BF16 || p->q.dtype == GDN_DTYPE_F16) &&
+                       (p->K == 64 || p->K == 128) && (p->V == 64 || p->V == 128) && !p->state_indices;
+    return takes ? states_bytes(p) : 0;
 }
 
 extern "C" size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *bp) { return plan_ws(&bp->fwd).bytes; }
@@ -152,7 +161,8 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     const WsPlan w = plan_ws(p);
     unsigned char *ws = static_cast<unsigned char *>(p->workspace);
     prm.rec = ws + w.rec;
-    prm.S = ws + w.S;
+    prm.S = p->saved_states ? p->saved_states : ws + w.S;
+    prm.S_saved = p->saved_states != nullptr;
     prm.dS = ws + w.dS;
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
     if (p->HV == 0)

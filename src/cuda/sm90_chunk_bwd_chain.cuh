@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
     const int sr = K == 128 ? 16 * warp : 16 * (warp & 3), sc = K == 128 ? 0 : 16 * (warp >> 2); /* its state block */
     const int64_t vblocks = p.V / VS;
     const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
-    const bool rev = blockIdx.y != 0;
+    const bool rev = blockIdx.y == gridDim.y - 1; /* the reverse role alone where S is saved */
     const int v0 = (int)vb * VS;
     const int64_t h = hv / p.G;
     const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, n);
@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
             st[nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
         }
 
-    T *ws_tiles = static_cast<T *>(rev ? p.dS : p.S);
-    const int64_t tiles = rev ? 2 : 1; /* dS' keeps its rounding error as a second tile (bwd_grad) */
+
     for (int64_t step = 0; step < nc; ++step) {
         const int64_t c = rev ? nc - 1 - step : step;
         const int64_t slot = slot0 + c;
@@ -95,10 +94,10 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
         T *Ks = reinterpret_cast<T *>(smem + (step & 1) * SM::STAGE);
         T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
         const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
-        /* The state (rounded to the operands' type) to Sb and to the workspace; for dS' also the
-         * rounding error, as a second tile. */
+        /* The state (rounded to the operands' type) to Sb and to the workspace: S as S^T, dS' as
+         * it is and with its rounding error as a second tile (bwd_grad). */
         store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
-        T *dst = ws_tiles + ((size_t)hv * p.slots + slot) * tiles * K * p.V + v0;
+        T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + slot) * 2 * K * p.V + v0;
         if (rev) {
 #pragma unroll
             for (int nt = 0; nt < SNT; ++nt)
@@ -112,7 +111,10 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
         }
         gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
         __syncthreads();
-        store_mat<K, VS, LDS>(dst, p.V, Sb, tid, NTH);
+        if (rev)
+            store_mat<K, VS, LDS>(dst, p.V, Sb, tid, NTH);
+        else
+            store_mat_t<K, VS, LDS>(static_cast<T *>(p.S) + (((size_t)hv * p.slots + slot) * p.V + v0) * K, Sb, tid, NTH);
         if (!rev && step == nc - 1)
             break; /* the final state is not needed */
         /* The other stage was last read in the previous step, which ended with a barrier. */

@@ -14,6 +14,7 @@ namespace gdn_bwd {
 using namespace gdn_tiles;
 using gdn_chunk::C;
 using gdn_chunk::G_FLOOR;
+using gdn_chunk::slots_per_head;
 
 struct BwdParams {
     int64_t T, N, H, HV, G, V;
@@ -36,9 +37,11 @@ struct BwdParams {
     gdn_view dA_log, ddt_bias;
     /* Workspace, [HV][slots] of each. */
     unsigned char *rec;       /* BwdRec */
-    void *S;                  /* [K][V] 16-bit: the state entering the chunk */
+    void *S;                  /* [V][K] 16-bit: the state entering the chunk, as S^T (the workspace,
+                               * or the forward's ChunkParams::states_out) */
     void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
     float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
+    int S_saved;              /* S is the forward's: bwd_chain runs only its reverse role */
 };
 
 /* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
@@ -149,6 +152,22 @@ __device__ __forceinline__ void store_mat(T *dst, int64_t dst_cols, const T *src
     for (int idx = tid; idx < R * W / 8; idx += nthr) {
         const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
         *reinterpret_cast<uint4 *>(dst + r * dst_cols + c8) = *reinterpret_cast<const uint4 *>(src + r * LD + c8);
+    }
+}
+
+/* A [R][LD] tile transposed into a contiguous [W][R] matrix: a thread gathers 8 rows of one column
+ * (a warp: 32 adjacent columns, conflict-free) into one 16-byte store. */
+template <int R, int W, int LD, typename T>
+__device__ __forceinline__ void store_mat_t(T *dst, const T *src, int tid, int nthr)
+{
+    for (int idx = tid; idx < R * W / 8; idx += nthr) {
+        const int col = idx % W, r8 = (idx / W) * 8;
+        uint4 x;
+        T *e = reinterpret_cast<T *>(&x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            e[j] = src[(r8 + j) * LD + col];
+        *reinterpret_cast<uint4 *>(dst + col * R + r8) = x;
     }
 }
 

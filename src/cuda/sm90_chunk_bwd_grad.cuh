@@ -59,12 +59,12 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T
 
 template <typename T, int K, int V> struct GradSmem {
     static constexpr int LDK = Pitch<K>::LD, LDV = Pitch<V>::LD, LD64 = Pitch<64>::LD;
-    /* Qs, Ks [C][LDK]; dOs, Wb, Vnb [C][LDV]; Ss, dSs [K][LDV]; Tm, Pm [C][LD64]; then one region
+    /* Qs, Ks [C][LDK]; dOs, Wb, Vnb [C][LDV]; Ss (S^T) [V][LDK], dSs [K][LDV]; Tm, Pm [C][LD64]; then one region
      * holding in turn dS' lo [K][LDV], dVn lo [C][LDV], then Eq, Ek, F1, F2 [C][LD64]; f32: rows,
      * column partials [4][C], row partials [2][3][C] (one set per column half), reduction [8], the
      * L2-norm row dots of q and k [2][2][C]. */
     static constexpr int LO = K * LDV > 4 * C * LD64 ? K * LDV : 4 * C * LD64;
-    static constexpr int HALF = 2 * C * LDK + 3 * C * LDV + 2 * K * LDV + 2 * C * LD64 + LO;
+    static constexpr int HALF = 2 * C * LDK + 3 * C * LDV + V * LDK + K * LDV + 2 * C * LD64 + LO;
     static constexpr int BYTES = HALF * 2 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4;
 };
 
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
     T *Wb = dOs + C * LDV; /* W, then dVn hi, then dU */
     T *Vnb = Wb + C * LDV;
     T *Ss = Vnb + C * LDV;
-    T *dSs = Ss + K * LDV;
+    T *dSs = Ss + V * LDK;
     T *Tm = dSs + K * LDV;
     T *Pm = Tm + C * LD64;
     T *Lo = Pm + C * LD64; /* dS' lo, then dVn lo, then Eq, Ek, F1, F2 */
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
          * only), S, v and the rows; T; dS' (hi, lo), Pm and dO; Q (first head only). */
         if (first)
             load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-        load_mat<K, V, V, LDV>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
+        load_mat<V, K, K, LDK>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
         load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
         load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
         gdn_sm90::cp_async_commit();
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
         float x[NVH][4];
         zero_acc(x);
-        warp_mm<T, NVH, K, false, false, LDK, LDV>(x, Ks, m0, Ss, cv, lane);
+        warp_mm<T, NVH, K, false, true, LDK, LDK>(x, Ks, m0, Ss, cv, lane);
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         {
             float q1[NKH][4];
             zero_acc(q1);
-            warp_mm<T, NKH, V, false, true, LDV, LDV>(q1, dOs, m0, Ss, ckc, lane);
+            warp_mm<T, NKH, V, false, false, LDV, LDK>(q1, dOs, m0, Ss, ckc, lane);
             const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             zero_acc(k1);
             zero_acc(k2);
             warp_mm<T, NKH, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, ckc, lane);
-            warp_mm<T, NKH, V, false, true, LDV, LDV>(k2, Wb, m0, Ss, ckc, lane);
+            warp_mm<T, NKH, V, false, false, LDV, LDK>(k2, Wb, m0, Ss, ckc, lane);
             const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
             float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
@@ -370,12 +370,19 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             rr[2 * C + i0] = gc0;
             rr[2 * C + i1] = gc1;
         }
+        /* <S, dS'> from S^T and dS' by 8 x 8 blocks: ldmatrix gives a lane the same elements of a
+         * block of S^T and (transposing) of dS'^T, four blocks an instruction, conflict-free. */
         float dot = 0.f;
-        for (int idx = tid; idx < K * V / 2; idx += NTH) {
-            const int r = idx / (V / 2), c2 = 2 * (idx % (V / 2));
-            const float2 a = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Ss + r * LDV + c2));
-            const float2 b = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(dSs + r * LDV + c2));
-            dot += a.x * b.x + a.y * b.y;
+        for (int it = warp; it < (V / 8) * (K / 8) / 4; it += NTH / 32) {
+            const int bi = 4 * it + (lane >> 3), vb = bi % (V / 8), db = bi / (V / 8), r = lane & 7;
+            uint32_t sa[4], sb[4];
+            gdn_sm90::ldsm_x4(sa, gdn_sm90::smem_u32(Ss + (vb * 8 + r) * LDK + db * 8));
+            gdn_sm90::ldsm_x4_t(sb, gdn_sm90::smem_u32(dSs + (db * 8 + r) * LDV + vb * 8));
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const float2 a = Mma16<T>::unpack(sa[m]), b = Mma16<T>::unpack(sb[m]);
+                dot += a.x * b.x + a.y * b.y;
+            }
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)

@@ -112,6 +112,9 @@ struct ChunkParams {
     int64_t ckpt_every;        /* checkpoint interval in tokens, a multiple of C; 0: none */
     const int32_t *ckpt;       /* [N, ckpt_cols] */
     int64_t ckpt_n, ckpt_j, ckpt_cols;
+    /* Training (GDN gates): the state entering every chunk, S^T rounded to the input type, for
+     * the backward (gdn_bwd::BwdParams::S, same layout: [HV][slots][V][K]); or NULL. */
+    void *states_out;
 };
 
 /* 2^x in one MUFU.EX2 (relative error ~2^-22); the callers keep x <= 0, or (kda_prep) x <= 96. */
@@ -129,6 +132,16 @@ struct SeqInfo {
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Chunk slots per value head, the map below on the host: fixed length N ceil(T / C); varlen
+ * floor(T / C) + N + 1, as sequence n starts at slot floor(cu[n] / C) + n (the host needs no
+ * lengths). The forward's records and the backward's tiles are laid out [HV][slots]. */
+static inline int64_t slots_per_head(const gdn_problem *p)
+{
+    if (p->cu_seqlens)
+        return p->T / C + p->N + 1;
+    return p->N * ((p->T + C - 1) / C);
+}
 
 /* The chunk-slot map, shared by the forward (ChunkParams) and the backward (gdn_bwd::BwdParams):
  * any P with T, N, cps and cu. A cu_seqlens entry clamped to [0, T] (cu is not checked on the

@@ -69,13 +69,6 @@ namespace gdn_chunk {
 /* ------------------------------------------------------------------------------------------ */
 /* Host side                                                                                   */
 
-static int64_t slots_per_head(const gdn_problem *p)
-{
-    if (p->cu_seqlens)
-        return p->T / C + p->N + 1;
-    return p->N * ((p->T + C - 1) / C);
-}
-
 /* The SM count of the problem's device (a cached driver attribute, no sync), which sizes the tiles
  * and the context-parallel segments; the workspace query and the call see the same value. */
 static int sm_count(const gdn_problem *p)
@@ -467,6 +460,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.ckpt_n = p->ckpt_stride_n;
     prm.ckpt_j = p->ckpt_stride_j;
     prm.ckpt_cols = p->ckpt_cols;
+    prm.states_out = p->gate_kind == GDN_GATE_GDN ? p->saved_states : nullptr;
     prm.ws = ws + pk.bytes;
     CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < pk.bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, cp))

@@ -582,6 +582,19 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int j = 0; j < K / 16; ++j)
                 mma_ss<T, 0>(oa, desc_add(dk, L::SBUF + kmajor_step(j)), desc_add(dks, L::Q + kmajor_step(j)), j > 0);
             commit();
+            if constexpr (!KDA) {
+                /* Training: S^T entering this chunk (this CTA's 64 value rows) out for the backward,
+                 * read from the hand-off tile beside the product (both only read it). */
+                if (p.states_out) {
+                    T *so = static_cast<T *>(p.states_out) + (((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * p.V + v0) * K;
+#pragma unroll
+                    for (int u = t; u < BV * KC; u += 128) {
+                        const int r = u / KC, ch = u % KC;
+                        *reinterpret_cast<uint4 *>(so + r * K + 8 * ch) = *reinterpret_cast<const uint4 *>(
+                            smem + L::SBUF + (ch >> 3) * L::B + box_offset(r, (ch & 7) * 8));
+                    }
+                }
+            }
             wait<0>();
             acc_fence(oa);
             if (c + 1 < c_end)
