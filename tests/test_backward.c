@@ -768,6 +768,16 @@ static int test_cuda_grads(void)
         check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     {
+        /* Enough (sequence, value head) chains that bwd_chain takes 32 value columns a CTA (the
+         * cases above have few: 16 columns); bf16 states. */
+        bw_cfg c = base(9, 70, 2, 4, 947);
+        c.K = c.V = 128;
+        c.l2norm = 1;
+        c.h0 = 1;
+        c.dht = 1;
+        check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16);
+    }
+    {
         bw_cfg c = base(2, 130, 1, 1, 940); /* f16, no l2 norm (unit keys), no states */
         c.K = c.V = 64;
         check_grads_cuda(&c, GDN_DTYPE_F16, GDN_DTYPE_F32);

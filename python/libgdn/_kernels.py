@@ -156,6 +156,9 @@ def _chunk_fwd_setup_context(ctx, inputs, output):
     (q, k, v, g, a, A_log, dt_bias, beta, gate_kind, _, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm,
      cu_seqlens, state_v_first, initial_state, output_final_state, _, _, caller) = inputs
     ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, initial_state, cu_seqlens, output[2])
+    # Unused outputs' gradients stay None: materialized, the saved states' would be a zero fill of
+    # their whole buffer every backward (chunk_grads takes None for do and dht).
+    ctx.set_materialize_grads(False)
     ctx.opts = (gate_kind, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, state_v_first, output_final_state,
                 caller)
 

@@ -59,9 +59,12 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
         GDN_OK)
         return st;
     /* The forward role only where the forward did not save the states. */
-    if ((st = launch(bwd_chain_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / CHAIN_VS)), prm.S_saved ? 1 : 2),
-                     CHAIN_THREADS,
-                     ChainSmem<T, K>::BYTES, stream, prm, "bwd_chain")) != GDN_OK)
+    const unsigned roles = prm.S_saved ? 1 : 2;
+    st = prm.chain_vs == 16 ? launch(bwd_chain_kernel<T, K, 16>, dim3((unsigned)(prm.N * prm.HV * (V / 16)), roles),
+                                     CHAIN_THREADS, ChainSmem<T, K, 16>::BYTES, stream, prm, "bwd_chain")
+                            : launch(bwd_chain_kernel<T, K, 32>, dim3((unsigned)(prm.N * prm.HV * (V / 32)), roles),
+                                     CHAIN_THREADS, ChainSmem<T, K, 32>::BYTES, stream, prm, "bwd_chain");
+    if (st != GDN_OK)
         return st;
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
                      GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) != GDN_OK)
@@ -95,7 +98,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *bp)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld (CUDA backward: 64 or 128)", (long long)p->V);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / CHAIN_VS) > INT32_MAX)
+    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 16) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA backward's grid",
                              (long long)p->T, (long long)p->HV);
     return GDN_OK;
@@ -163,6 +166,9 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.rec = ws + w.rec;
     prm.S = p->saved_states ? p->saved_states : ws + w.S;
     prm.S_saved = p->saved_states != nullptr;
+    /* 16 value columns per chain CTA where 32 would leave more than half of the SMs idle (the
+     * chain's CTAs run one per SM): shorter steps on twice the CTAs. */
+    prm.chain_vs = p->N * p->HV * (p->V / 32) * (prm.S_saved ? 1 : 2) <= sm_count(p) / 2 ? 16 : 32;
     prm.dS = ws + w.dS;
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
     if (p->HV == 0)

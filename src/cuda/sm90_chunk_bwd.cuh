@@ -11,9 +11,11 @@
  * (ck = rk gam, cq = scale rq gam, cu = rk gu). The passes (one stream; no atomics, fixed orders):
  *   bwd_prep   per (chunk slot, value head): gates, cumsum, norms, K K^T, Q K^T, T (prep_inverse),
  *              Pm; the record (BwdRec) to the workspace.
- *   bwd_chain  per (sequence, value head, CHAIN_VS value columns), in two roles of one grid: the forward
- *              chain stores S entering every chunk; the reverse chain stores dS' leaving every chunk,
- *              writes dv and dh0. Both are independent given the records, so they run side by side.
+ *   bwd_chain  per (sequence, value head, 16 or 32 value columns), in two roles of one grid: the
+ *              forward chain stores S entering every chunk (as S^T; not where the forward saved
+ *              them, gdn_chunk_fwd_args.saved_states); the reverse chain stores dS' leaving every
+ *              chunk, writes dv and dh0. Both are independent given the records, so they run side
+ *              by side.
  *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn: everything
  *              else of the chunk from S, dS' and the record: dg or da, dbeta, the gate-parameter
  *              partials per value head; dq and dk summed over the group in registers, then

@@ -8,12 +8,12 @@
 
 namespace gdn_bwd {
 
-/* Value columns per chain CTA: 32 halves each step's products (the chain's latency) against 64,
- * for the same tile copies per step. */
-constexpr int CHAIN_VS = 32;
-
-template <typename T, int K> struct ChainSmem {
-    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD, LDS = Pitch<CHAIN_VS>::LD;
+/* Value columns per chain CTA (VS): 32 halves each step's products (the chain's latency) against
+ * 64, for the same tile copies per step; 16 halves them again where the 32-column CTAs would leave
+ * most SMs idle (few sequences and heads: BwdParams::chain_vs), at twice the tile copies per
+ * column. */
+template <typename T, int K, int VS> struct ChainSmem {
+    static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD, LDS = Pitch<VS>::LD;
     /* Two stages (the next chunk's copies fly during this chunk's products) of Ks, Qs [C][LDK], Xs
      * (v or dO columns) [C][LDS], Tm, Pm [C][LD64] and the rows; then W, U, O2 [C][LDS] and Sb [K][LDS]. */
     static constexpr int STAGE = (2 * C * LDK + C * LDS + 2 * C * LD64) * 2 + R_COUNT * C * 4;
@@ -28,19 +28,23 @@ __device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64
 constexpr int CHAIN_THREADS = 256;
 
 /* Eight warps: in the 64-row products warp w takes rows 16 (w % 4) and value columns 16 (w / 4);
- * in the state (K rows) it takes m16 tile w (K = 128: all CHAIN_VS columns) or tile w % 4 and
- * columns 16 (w / 4) (K = 64). Two warps per scheduler hide each other's fixed latencies. */
-template <typename T, int K>
+ * in the state (K rows) it takes m16 tile w (K = 128: all VS columns) or tile w % 4 and columns
+ * 16 (w / 4) (K = 64). Two warps per scheduler hide each other's fixed latencies. With VS = 16
+ * warps 4-7 sit out the 64-row products (and at K = 64 the state's). */
+template <typename T, int K, int VS>
 __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParams p)
 {
-    using SM = ChainSmem<T, K>;
-    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, VS = CHAIN_VS, NTH = CHAIN_THREADS;
-    static_assert(VS == 32, "bwd_chain: two 16-column halves");
-    constexpr int SNT = K == 128 ? VS / 8 : VS / 16; /* n8 tiles of the warp's state slice */
+    using SM = ChainSmem<T, K, VS>;
+    constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, NTH = CHAIN_THREADS;
+    static_assert(VS == 16 || VS == 32, "bwd_chain: one or two 16-column halves");
+    constexpr int SNT = K == 128 ? VS / 8 : 2; /* n8 tiles of the warp's state slice */
+    constexpr int XTH = C * VS / 8 < NTH ? C * VS / 8 : NTH; /* threads copying the VS-column tile */
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int mr = 16 * (warp & 3), nc0 = 16 * (warp >> 2); /* the warp's block of the 64-row products */
     const int sr = K == 128 ? 16 * warp : 16 * (warp & 3), sc = K == 128 ? 0 : 16 * (warp >> 2); /* its state block */
+    /* The warp's share of the 64-row products (nc0 < VS), of the state (sc < VS). */
+    const bool prod = VS == 32 || warp < 4, sw = K == 128 || VS == 32 || warp < 4;
     const int64_t vblocks = p.V / VS;
     const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
     const bool rev = blockIdx.y == gridDim.y - 1; /* the reverse role alone where S is saved */
@@ -64,7 +68,8 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
         T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
         const unsigned char *rec = rec_of(p, hv, slot0 + c);
         load_tile<T, K, LDK, NTH>(Ks, p.k, row, bos + c * C, h, cl, 0, tid);
-        load_tile<T, VS, LDS, NTH>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid);
+        if (tid < XTH)
+            load_tile<T, VS, LDS, XTH>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid);
         load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
         if (rev) {
             load_tile<T, K, LDK, NTH>(Qs, p.q, row, bos + c * C, h, cl, 0, tid);
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
-            st[nt][e] = init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
+            st[nt][e] = sw && init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
         }
 
 
@@ -96,9 +101,10 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
         const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
         /* The state (rounded to the operands' type) to Sb and to the workspace: S as S^T, dS' as
          * it is and with its rounding error as a second tile (bwd_grad). */
-        store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
         T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + slot) * 2 * K * p.V + v0;
-        if (rev) {
+        if (sw)
+            store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
+        if (rev && sw) {
 #pragma unroll
             for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
@@ -124,33 +130,40 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
         float acc[2][4];
         zero_acc(acc);
         /* Y = K S (forward) or Z = K dS' (reverse). */
-        warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane);
+        if (prod)
+            warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane);
         if (!rev) {
             /* W = beta (V - ck Y) */
+            if (prod) {
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
+                for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
-                    acc[nt][e] = rows[R_BETA * C + i] *
-                                 (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
-                }
-            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
+                        acc[nt][e] = rows[R_BETA * C + i] *
+                                     (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
+                    }
+                store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
+            }
             __syncthreads();
-            zero_acc(acc);
-            warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
-            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+            if (prod) {
+                zero_acc(acc);
+                warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
+                store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+            }
         } else {
             /* dVn = cu Z + Pm^T dO */
+            if (prod) {
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                acc[nt][0] *= rows[R_CU * C + i0];
-                acc[nt][1] *= rows[R_CU * C + i0];
-                acc[nt][2] *= rows[R_CU * C + i1];
-                acc[nt][3] *= rows[R_CU * C + i1];
+                for (int nt = 0; nt < 2; ++nt) {
+                    acc[nt][0] *= rows[R_CU * C + i0];
+                    acc[nt][1] *= rows[R_CU * C + i0];
+                    acc[nt][2] *= rows[R_CU * C + i1];
+                    acc[nt][3] *= rows[R_CU * C + i1];
+                }
+                warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Pm, mr, Xs, nc0, lane);
+                store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
             }
-            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Pm, mr, Xs, nc0, lane);
-            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
             /* O2 = cq dO, 8 columns a thread */
             for (int idx = tid; idx < C * VS / 8; idx += NTH) {
                 const int i = idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
@@ -165,21 +178,23 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
                 *reinterpret_cast<uint4 *>(O2 + i * LDS + c8) = w;
             }
             __syncthreads();
-            zero_acc(acc);
-            warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* dU = T^T dVn */
-            /* dv = dX = beta dU (live rows); U = -ck dX. */
-            const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
-            T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
+            if (prod) {
+                zero_acc(acc);
+                warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* dU = T^T dVn */
+                /* dv = dX = beta dU (live rows); U = -ck dX. */
+                const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
+                T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
+                for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, col = v0 + nc0 + 8 * nt + 2 * t + (e & 1);
-                    acc[nt][e] *= e < 2 ? b0 : b1;
-                    if (i < cl)
-                        dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
-                }
-            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = e < 2 ? i0 : i1, col = v0 + nc0 + 8 * nt + 2 * t + (e & 1);
+                        acc[nt][e] *= e < 2 ? b0 : b1;
+                        if (i < cl)
+                            dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
+                    }
+                store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
+            }
         }
         /* S' = gC S + K^T U (U = cu Vn), or dS = gC dS' + Q^T O2 + K^T U (U = -ck dX, O2 = cq dO). */
         __syncthreads();
@@ -188,12 +203,14 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 st[nt][e] *= gC;
-        if (rev)
-            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
-        warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
+        if (sw) {
+            if (rev)
+                warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
+            warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
+        }
         __syncthreads(); /* the tiles and Sb are rewritten next step */
     }
-    if (rev && p.dh0.data) {
+    if (rev && sw && p.dh0.data) {
 #pragma unroll
         for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll

@@ -15,6 +15,7 @@ using namespace gdn_tiles;
 using gdn_chunk::C;
 using gdn_chunk::G_FLOOR;
 using gdn_chunk::slots_per_head;
+using gdn_chunk::sm_count;
 
 struct BwdParams {
     int64_t T, N, H, HV, G, V;
@@ -42,6 +43,7 @@ struct BwdParams {
     void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
     float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
     int S_saved;              /* S is the forward's: bwd_chain runs only its reverse role */
+    int chain_vs;             /* bwd_chain's value columns per CTA: 16 or 32 */
 };
 
 /* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then

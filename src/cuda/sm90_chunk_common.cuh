@@ -143,6 +143,19 @@ static inline int64_t slots_per_head(const gdn_problem *p)
     return p->N * ((p->T + C - 1) / C);
 }
 
+/* The SM count of the problem's device (a cached driver attribute, no sync), which sizes the tiles,
+ * the context-parallel segments and the backward chain's column blocks; the workspace query and
+ * the call see the same value. */
+static inline int sm_count(const gdn_problem *p)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal) != cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError();
+        sms = 132;
+    }
+    return sms;
+}
+
 /* The chunk-slot map, shared by the forward (ChunkParams) and the backward (gdn_bwd::BwdParams):
  * any P with T, N, cps and cu. A cu_seqlens entry clamped to [0, T] (cu is not checked on the
  * device). */

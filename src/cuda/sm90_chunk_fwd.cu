@@ -69,18 +69,6 @@ namespace gdn_chunk {
 /* ------------------------------------------------------------------------------------------ */
 /* Host side                                                                                   */
 
-/* The SM count of the problem's device (a cached driver attribute, no sync), which sizes the tiles
- * and the context-parallel segments; the workspace query and the call see the same value. */
-static int sm_count(const gdn_problem *p)
-{
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal) != cudaSuccess || sms <= 0) {
-        (void)cudaGetLastError();
-        sms = 132;
-    }
-    return sms;
-}
-
 /* Context parallelism: with few (sequence, head) pairs, the serial chunk chain of each pair
  * would run on a few SMs. Splitting every sequence into segments costs about three times the
  * chain work (the M columns of the first pass double it), so it pays only when the wide tiles
