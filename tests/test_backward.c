@@ -217,11 +217,9 @@ static gdn_status run_bwd(bw_call *k)
     return gdn_chunk_bwd(&k->a);
 }
 
-#ifdef GDN_WITH_CUDA
-/* The forward on the device tensors of a (o into a fresh buffer, copied to the host o_host),
- * with saved_states (may be NULL) given. */
-static gdn_status fwd_cuda(const gdn_chunk_bwd_args *a, void *o_host, const gdn_tensor *o_like, void *saved,
-                           size_t saved_bytes)
+/* The forward's arguments of a backward call: its inputs (o, states out and workspace left to the
+ * caller). */
+static gdn_chunk_fwd_args fwd_of(const gdn_chunk_bwd_args *a)
 {
     gdn_chunk_fwd_args f;
     memset(&f, 0, sizeof f);
@@ -234,6 +232,16 @@ static gdn_status fwd_cuda(const gdn_chunk_bwd_args *a, void *o_host, const gdn_
     f.cu_seqlens = a->cu_seqlens;
     f.state_layout = a->state_layout;
     f.initial_state = a->initial_state;
+    return f;
+}
+
+#ifdef GDN_WITH_CUDA
+/* The forward on the device tensors of a (o into a fresh buffer, copied to the host o_host),
+ * with saved_states (may be NULL) given. */
+static gdn_status fwd_cuda(const gdn_chunk_bwd_args *a, void *o_host, const gdn_tensor *o_like, void *saved,
+                           size_t saved_bytes)
+{
+    gdn_chunk_fwd_args f = fwd_of(a);
     f.o = *o_like;
     f.o.device = a->v.device;
     f.o.device_ordinal = a->v.device_ordinal;
@@ -278,16 +286,7 @@ static gdn_status run_bwd_cuda_mode(bw_call *k, int graph, int saved)
     void *ws = NULL, *sv = NULL;
     gdn_status st = GDN_OK;
     if (saved) {
-        gdn_chunk_fwd_args f;
-        memset(&f, 0, sizeof f);
-        f.q = a.q;
-        f.k = a.k;
-        f.v = a.v;
-        f.gate = a.gate;
-        f.use_qk_l2norm = a.use_qk_l2norm;
-        f.cu_seqlens = a.cu_seqlens;
-        f.state_layout = a.state_layout;
-        f.initial_state = a.initial_state;
+        gdn_chunk_fwd_args f = fwd_of(&a);
         f.o = a.dv; /* a device tensor of o's shape for the query's checks; nothing is written */
         size_t sb = 0;
         st = gdn_chunk_saved_states_size(&f, &sb);
@@ -355,17 +354,7 @@ static gdn_status run_bwd_cuda(bw_call *k) { return run_bwd_cuda_mode(k, 0, 0); 
 /* L = sum(d_o * o) + sum(dht * ht) by the forward on the call's inputs. */
 static double loss(bw_call *k)
 {
-    gdn_chunk_fwd_args f;
-    memset(&f, 0, sizeof f);
-    f.q = k->a.q;
-    f.k = k->a.k;
-    f.v = k->a.v;
-    f.gate = k->a.gate;
-    f.scale = k->a.scale;
-    f.use_qk_l2norm = k->a.use_qk_l2norm;
-    f.cu_seqlens = k->a.cu_seqlens;
-    f.state_layout = k->a.state_layout;
-    f.initial_state = k->a.initial_state;
+    gdn_chunk_fwd_args f = fwd_of(&k->a);
     f.final_state = k->ht;
     f.o = k->o;
     gdn_status st = tu_chunk_fwd(&f);
