@@ -844,6 +844,7 @@ static void check_strided(gdn_dtype dt, int cuda, int pad, int64_t HV, uint64_t 
         memcpy(in + (r * W + 2 * HK) * e, (unsigned char *)k.a.v.data + (r * HVV) * e, (size_t)HVV * e);
     }
     bw_call f = k;
+    f.ws = NULL; /* run_bwd frees and replaces the call's workspace: f gets its own */
     int64_t sqk[4] = {c.B, c.T, c.H, c.K}, sv[4] = {c.B, c.T, c.HV, c.V};
     int64_t st_qk[4] = {c.T * W, W, c.K, 1}, st_v[4] = {c.T * W, W, c.V, 1};
     f.a.q = tu_tensor_strided(in, dt, 4, sqk, st_qk);
@@ -873,6 +874,7 @@ static void check_strided(gdn_dtype dt, int cuda, int pad, int64_t HV, uint64_t 
     free(f.a.dA_log.data);
     free(f.a.dbeta.data);
     free(f.a.dh0.data);
+    free(f.ws);
     free(in);
     for (int i = 0; i < 3; i++)
         free(out[i]);
