@@ -91,7 +91,6 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
             st[nt][e] = sw && init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
         }
 
-
     for (int64_t step = 0; step < nc; ++step) {
         const int64_t c = rev ? nc - 1 - step : step;
         const int64_t slot = slot0 + c;
