@@ -46,14 +46,6 @@ struct BwdParams {
     int chain_vs;             /* bwd_chain's value columns per CTA: 16 or 32 */
 };
 
-/* bwd_grad's L2 prefetch of the CTA one wave ahead (grad_prefetch). A dev switch until measured:
- * the default build leaves it out; dev/backward/l2_ahead.sh builds with -DGDN_BWD_DEV_L2_AHEAD. */
-#ifdef GDN_BWD_DEV_L2_AHEAD
-constexpr bool GRAD_L2_AHEAD = true;
-#else
-constexpr bool GRAD_L2_AHEAD = false;
-#endif
-
 /* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
  * the per-token rows below (f32). Rows past the end of a sequence hold g = 0, beta = 0, k = q = 0. */
 enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };

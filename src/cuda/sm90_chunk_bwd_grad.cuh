@@ -70,49 +70,6 @@ template <typename T, int K, int V> struct GradSmem {
 
 constexpr int GRAD_THREADS = 256;
 
-/* Row t of head `head` of a [B, T, heads, D] 16-bit input to L2, where the row is contiguous and
- * 16-byte aligned (the others are left to the copies). */
-__device__ __forceinline__ void prefetch_row(const gdn_view &x, int64_t row, int64_t t, int64_t head, int D)
-{
-    const char *a = static_cast<const char *>(x.data) + 2 * (row * x.s[0] + t * x.s[1] + head * x.s[2]);
-    if (x.s[3] == 1 && ((uintptr_t)a & 15) == 0)
-        gdn_sm90::prefetch_l2(a, (uint32_t)(2 * D));
-}
-
-/* GRAD_L2_AHEAD: the inputs of CTA b, about one wave after the caller (one CTA per SM, dispatched
- * in index order), to L2 while the caller computes, so that b's copies hit L2 instead of waiting
- * on memory at its start: per value head of its group S^T, dS' (hi and lo) and the record, whole;
- * the live rows of k and q (its key head), of v and dO (each value head). */
-template <int K, int V>
-__device__ __forceinline__ void grad_prefetch(const BwdParams &p, int64_t b, int tid)
-{
-    if (b >= (int64_t)gridDim.x)
-        return;
-    const int64_t h = b % p.H, slot = b / p.H;
-    const Loc L = locate(p, slot);
-    if (L.cl == 0)
-        return;
-    const int64_t whole = 3 * p.G, items = whole + (2 + 2 * p.G) * (int64_t)L.cl;
-    for (int64_t i = tid; i < items; i += GRAD_THREADS) {
-        if (i < whole) {
-            const int64_t hv = h * p.G + i / 3;
-            const size_t tile = ((size_t)hv * p.slots + (size_t)slot) * K * V;
-            if (i % 3 == 0)
-                gdn_sm90::prefetch_l2(static_cast<const char *>(p.S) + 2 * tile, 2u * K * V);
-            else if (i % 3 == 1)
-                gdn_sm90::prefetch_l2(static_cast<const char *>(p.dS) + 4 * tile, 4u * K * V);
-            else
-                gdn_sm90::prefetch_l2(rec_of(p, hv, slot), (uint32_t)REC_BYTES);
-        } else {
-            const int64_t j = i - whole, r = j % L.cl, which = j / L.cl; /* 0 k, 1 q, then v, dO per head */
-            if (which < 2)
-                prefetch_row(which == 0 ? p.k : p.q, L.row, L.t0 + r, h, K);
-            else
-                prefetch_row((which & 1) == 0 ? p.v : p.d_o, L.row, L.t0 + r, h * p.G + (which - 2) / 2, V);
-        }
-    }
-}
-
 /* Eight warps: warp w owns rows 16 (w % 4) of every result and half of its columns (h = w / 4):
  * value columns h V / 2, key columns h K / 2, chunk columns 32 h. Two warps per scheduler hide
  * each other's latencies. Results that a later product contracts over (dU, Eq, Ek, F1, F2) go
@@ -186,8 +143,6 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         if (first)
             load_tile<T, K, LDK, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
         gdn_sm90::cp_async_commit();
-        if (GRAD_L2_AHEAD && first)
-            grad_prefetch<K, V>(p, (int64_t)blockIdx.x + gdn_sm90::nsmid(), tid);
         gdn_sm90::cp_async_wait<3>();
         __syncthreads();
 

@@ -256,21 +256,6 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_b
                  : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/* A hint that [src, src + bytes) is read soon: L2 fetches it from memory (src 16-byte aligned,
- * bytes a multiple of 16; nothing to wait for, no effect on results). */
-__device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
-/* The bound of the SM ids (%nsmid, at least the SM count). */
-__device__ __forceinline__ unsigned nsmid()
-{
-    unsigned n;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(n));
-    return n;
-}
 template <int N> __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
