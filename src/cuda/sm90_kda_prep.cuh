@@ -246,38 +246,48 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     }
     __syncthreads();
 
-    /* The record's images (16-byte chunks, consecutive threads along a row) and exp(Gam_C). */
+    /* The record's images and exp(Gam_C). A thread takes one 16-byte chunk column ch of 8 rows
+     * and writes all three tiles' chunks there at once: Q~ and K~ share their 2^Gam, K~ and K^
+     * share the k-norm-scaled K, and exp(Gam_C) of the chunk's keys stays in registers. */
     {
         using KR = KdaRec<K>;
-        const float *gc = Gs + (C - 1) * GLD;
-        for (int idx = tid; idx < 3 * C * KC; idx += 128) {
-            const int tile = idx / (C * KC), r = idx % (C * KC) / KC, ch = idx % KC;
-            const T *src = (tile == 0 ? Qs : Ks) + swz<KC>(r, 8 * ch);
-            const uint4 xv = *reinterpret_cast<const uint4 *>(src);
-            const float f = tile == 0 ? p.scale * rq[r] : rk[r];
+        constexpr int RSTEP = 128 / KC;
+        const int ch = tid % KC, r0 = tid / KC;
+        const float *gc = Gs + (C - 1) * GLD + 8 * ch;
+        float gcv[8];
+        {
+            const float4 c0 = *reinterpret_cast<const float4 *>(gc), c1 = *reinterpret_cast<const float4 *>(gc + 4);
+            gcv[0] = c0.x, gcv[1] = c0.y, gcv[2] = c0.z, gcv[3] = c0.w;
+            gcv[4] = c1.x, gcv[5] = c1.y, gcv[6] = c1.z, gcv[7] = c1.w;
+        }
+        unsigned char *img = rec + KR::IMG + (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES;
+#pragma unroll 1
+        for (int r = r0; r < C; r += RSTEP) {
+            const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, 8 * ch));
+            const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, 8 * ch));
             const float4 g0 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch);
             const float4 g1 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4);
-            float e[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-            if (tile == 2) {
-                const float4 c0 = *reinterpret_cast<const float4 *>(gc + 8 * ch);
-                const float4 c1 = *reinterpret_cast<const float4 *>(gc + 8 * ch + 4);
-                const float cg[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    e[j] = cg[j] - e[j];
-            }
-            const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
-            uint32_t w[4];
+            const float e[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+            const float fq = p.scale * rq[r], fk = rk[r];
+            const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
+            uint32_t wq[4], wk[4], wu[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const float2 v = Mma16<T>::unpack(xw[j]);
-                w[j] = Mma16<T>::pack(f * v.x * fast_exp2(e[2 * j]), f * v.y * fast_exp2(e[2 * j + 1]));
+                const float2 qf = Mma16<T>::unpack(qw[j]), kf = Mma16<T>::unpack(kw[j]);
+                const float d0 = fast_exp2(e[2 * j]), d1 = fast_exp2(e[2 * j + 1]);
+                const float u0 = fast_exp2(gcv[2 * j] - e[2 * j]), u1 = fast_exp2(gcv[2 * j + 1] - e[2 * j + 1]);
+                const float k0 = fk * kf.x, k1 = fk * kf.y;
+                wq[j] = Mma16<T>::pack(fq * qf.x * d0, fq * qf.y * d1);
+                wk[j] = Mma16<T>::pack(k0 * d0, k1 * d1);
+                wu[j] = Mma16<T>::pack(k0 * u0, k1 * u1);
             }
-            const uint32_t off = (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES + gdn_sm90::box_offset(r, (ch & 7) * 8);
-            *reinterpret_cast<uint4 *>(rec + KR::IMG + tile * KR::TILE + off) = make_uint4(w[0], w[1], w[2], w[3]);
+            unsigned char *dst = img + gdn_sm90::box_offset(r, (ch & 7) * 8);
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(wq[0], wq[1], wq[2], wq[3]);
+            *reinterpret_cast<uint4 *>(dst + KR::TILE) = make_uint4(wk[0], wk[1], wk[2], wk[3]);
+            *reinterpret_cast<uint4 *>(dst + 2 * KR::TILE) = make_uint4(wu[0], wu[1], wu[2], wu[3]);
         }
         if (tid < K)
-            reinterpret_cast<float *>(rec + KR::GC)[tid] = fast_exp2(gc[tid]);
+            reinterpret_cast<float *>(rec + KR::GC)[tid] = fast_exp2(Gs[(C - 1) * GLD + tid]);
     }
 
     /* The decayed products of block row w (see the file comment). */

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""kda_bits.py - whether two builds of the library give chunk_kda the same bits: run once per
+library with the same file; the first run saves its outputs, the second compares with them.
+For kernel changes meant to keep every rounding (a reordered loop, shared subexpressions).
+
+    GDN_LIBRARY=base/libgdn.so python3 dev/prefill/kda_bits.py /tmp/kda_bits.pt
+    GDN_LIBRARY=new/libgdn.so  python3 dev/prefill/kda_bits.py /tmp/kda_bits.pt
+
+Cases: K = V = 128 and 64; safe gate from raw bf16 and f32 inputs, the softplus gate, precomputed
+g with extreme values; fixed length (with an initial state) and varlen; H = 4 (context
+parallelism at T = 8192) and 32.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import libgdn
+
+
+def cases():
+    gen = torch.Generator(device="cuda").manual_seed(7)
+
+    def rn(*s, dt=torch.bfloat16):
+        return torch.randn(*s, device="cuda", generator=gen).to(dt)
+
+    for D, T, H, gate, varlen in [(128, 1000, 32, "safe16", False), (128, 8192, 4, "safe16", False),
+                                  (128, 777, 8, "safe32", True), (64, 900, 12, "softplus", False),
+                                  (128, 600, 4, "g_extreme", True), (64, 513, 4, "g", True)]:
+        q, k, v = rn(1, T, H, D), rn(1, T, H, D), rn(1, T, H, D)
+        beta = rn(1, T, H, dt=torch.float32).sigmoid()
+        kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True)
+        if varlen:
+            cu = torch.tensor([0, T // 5, T // 5, T // 2 + 3, T], device="cuda", dtype=torch.int32)
+            kw["cu_seqlens"] = cu
+            kw["initial_state"] = rn(4, H, D, D, dt=torch.float32)
+        else:
+            kw["initial_state"] = rn(1, H, D, D, dt=torch.float32)
+        if gate.startswith("safe") or gate == "softplus":
+            g = rn(1, T, H, D, dt=torch.bfloat16 if gate == "safe16" else torch.float32)
+            kw.update(use_gate_in_kernel=True, A_log=torch.rand(H, device="cuda", generator=gen),
+                      dt_bias=rn(H * D, dt=torch.float32))
+            if gate.startswith("safe"):
+                kw.update(safe_gate=True, lower_bound=-5.0)
+        else:
+            g = F.logsigmoid(rn(1, T, H, D, dt=torch.float32))
+            if gate == "g_extreme":
+                cyc = torch.tensor([-1e4, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0], device="cuda")
+                idx = torch.arange(g.numel(), device="cuda").view(g.shape)
+                g = torch.where(idx % 7 == 0, cyc[(idx // 7) % 7], g)
+        name = f"D{D}_T{T}_H{H}_{gate}{'_varlen' if varlen else ''}"
+        o, s = libgdn.chunk_kda(q, k, v, g, beta, **kw)
+        yield name, o, s
+
+
+def main():
+    path = sys.argv[1]
+    got = {name: (o.cpu(), s.cpu()) for name, o, s in cases()}
+    if not os.path.exists(path):
+        torch.save(got, path)
+        print(f"saved {len(got)} cases to {path}")
+        return
+    ref = torch.load(path)
+    bad = 0
+    for name, (o, s) in got.items():
+        ro, rs = ref[name]
+        same = torch.equal(o.view(torch.int16), ro.view(torch.int16)) and torch.equal(s.view(torch.int32), rs.view(torch.int32))
+        bad += not same
+        print(f"{name:32s} {'same bits' if same else 'DIFFERENT'}"
+              + ("" if same else f" (o max diff {(o.float() - ro.float()).abs().max():.3e})"))
+    print(f"{len(got) - bad} of {len(got)} cases bitwise equal")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
