@@ -3,7 +3,7 @@
  * shared by the gating op (cuda_gating.cu), chunk_prep (sm90_chunk_prep.cuh), kda_prep, the
  * recurrent kernels and the backward (sm90_chunk_bwd.cuh), so that
  * every path rounds the same way: accurate expf / log1pf in this order, as the CPU reference
- * computes them in float64 (one exception, kda_prep's gate_log_decay_kda_fast, below).
+ * computes them in float64 (one exception: kda_prep's fast form, kda_gate_log2 in sm90_kda_prep.cuh).
  */
 #ifndef GDN_CUDA_GATE_CUH
 #define GDN_CUDA_GATE_CUH
@@ -41,21 +41,6 @@ __device__ __forceinline__ float gate_log_decay_kda(float a, float dt_bias, floa
     if (lower_bound < 0.0f)
         return lower_bound * gate_sigmoid(expf(A_log) * (a + dt_bias));
     return gate_log_decay(a, dt_bias, A_log, beta_sp, threshold);
-}
-
-/* gate_log_decay_kda with the hardware approximations (__expf, __logf, __fdividef: relative error
- * about 2^-21, absolute 2^-24 where softplus is tiny) and exp(A_log) passed in. Only kda_prep uses
- * it: it evaluates the gate of every key of every token, where the accurate library calls cost as
- * much as the rest of the chunk preparation, and its bf16 products then round at 2^-9. Decode and
- * the gating op keep the accurate formula above. */
-__device__ __forceinline__ float gate_log_decay_kda_fast(float a, float dt_bias, float exp_A_log, float lower_bound,
-                                                         float beta_sp, float threshold)
-{
-    const float x = a + dt_bias;
-    if (lower_bound < 0.0f)
-        return lower_bound * __fdividef(1.0f, 1.0f + __expf(-exp_A_log * x));
-    const float bx = beta_sp * x;
-    return -exp_A_log * (bx > threshold ? x : __fdividef(__logf(1.0f + __expf(bx)), beta_sp));
 }
 
 /* Write strength from its logit: sigmoid, doubled where negative eigenvalues are allowed. */

@@ -34,6 +34,9 @@ namespace gdn_chunk {
  * blocks always take the CUDA-core path (factors <= 1 elsewhere only lose what underflows). */
 template <typename T> constexpr float kda_span_max() { return gdn_sm90::is_f16<T>::value ? -1.f : 96.f; }
 
+/* G_FLOOR in the log2 units that kda_prep keeps Gam in. */
+constexpr float G_FLOOR2 = G_FLOOR * LOG2E;
+
 template <int K> struct KdaPrepSmem {
     static constexpr int QK = C * K * 2;       /* Q and K tiles, bytes each */
     static constexpr int GLD = K + 8;          /* Gam row pitch (floats): fragment reads conflict-free */
@@ -93,20 +96,52 @@ __device__ __forceinline__ void kda_stage_gates16(const E *base, int64_t off, in
     cp_async_commit();
 }
 
+/* kda_prep's gate: gate_log_decay_kda (cuda_gate.cuh) in log2 units (times LOG2E, as Gam is
+ * kept) with the hardware approximations (ex2.approx.ftz, rcp.approx, lg2.approx: relative error
+ * about 2^-21, absolute 2^-24 where softplus is tiny) and the constants folded per lane. kda_prep
+ * evaluates the gate of every key of every token, where the accurate library calls cost as much as
+ * the rest of the chunk preparation, and its bf16 products then round at 2^-9. Decode and the
+ * gating op keep the accurate formula. */
+struct KdaGate {
+    float c2;         /* -exp(A_log) LOG2E */
+    float lb2;        /* lower_bound LOG2E (safe gate) */
+    float sp_beta, sp_threshold;
+};
+
+/* Safe gate: lower_bound sigmoid(exp(A_log) (a + dt_bias)), cb = c2 dt_bias. */
+__device__ __forceinline__ float kda_gate_safe_log2(float a, float cb, const KdaGate &k)
+{
+    return __fdividef(k.lb2, 1.0f + fast_exp2(fmaf(k.c2, a, cb)));
+}
+
+/* Softplus gate: -exp(A_log) softplus(a + dt_bias), vLLM's threshold. */
+__device__ __forceinline__ float kda_gate_softplus_log2(float a, float dt_bias, const KdaGate &k)
+{
+    const float x = a + dt_bias, bx = k.sp_beta * x;
+    return k.c2 * (bx > k.sp_threshold ? x : __fdividef(__logf(1.0f + __expf(bx)), k.sp_beta));
+}
+
 /* The gate formula over the raw inputs in Gs, row by row: warp w takes rows w, w + 4, ..., lane l
  * keys [l K / 32, (l + 1) K / 32). A warp reads its lanes' inputs of a row (f32 in place, or the
  * staged 16-bit values, E) before it writes any f32 of that row, and no other warp touches the
- * row, so the in-place conversion is safe. */
-template <int K, int GLD, typename E>
+ * row, so the in-place conversion is safe. Writes the floored log2 decays. */
+template <int K, int GLD, typename E, bool SAFE>
 __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, int cl, int tid, float *Gs)
 {
     constexpr int KPL = K / 32;
     const int lane = tid & 31, warp = tid >> 5, d0 = KPL * lane;
+    KdaGate kg;
+    kg.c2 = -expf(p.A_log[hv]) * LOG2E;
+    kg.lb2 = p.lower_bound * LOG2E;
+    kg.sp_beta = p.sp_beta;
+    kg.sp_threshold = p.sp_threshold;
     float dtb[KPL];
 #pragma unroll
-    for (int j = 0; j < KPL; ++j)
+    for (int j = 0; j < KPL; ++j) {
         dtb[j] = p.dt_bias ? p.dt_bias[hv * p.dt_h + (d0 + j) * p.dt_r] : 0.f;
-    const float ea = expf(p.A_log[hv]);
+        if (SAFE)
+            dtb[j] *= kg.c2;
+    }
 #pragma unroll 4
     for (int r = warp; r < cl; r += 4) {
         float *row = Gs + r * GLD;
@@ -127,9 +162,20 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
         }
         __syncwarp();
 #pragma unroll
-        for (int j = 0; j < KPL; ++j)
-            row[d0 + j] = gate_log_decay_kda_fast(x[j], dtb[j], ea, p.lower_bound, p.sp_beta, p.sp_threshold);
+        for (int j = 0; j < KPL; ++j) {
+            const float g2 = SAFE ? kda_gate_safe_log2(x[j], dtb[j], kg) : kda_gate_softplus_log2(x[j], dtb[j], kg);
+            row[d0 + j] = g2 < G_FLOOR2 ? G_FLOOR2 : g2;
+        }
     }
+}
+
+template <int K, int GLD, typename E>
+__device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, int cl, int tid, float *Gs)
+{
+    if (p.lower_bound < 0.0f)
+        kda_gate_rows<K, GLD, E, true>(p, hv, cl, tid, Gs);
+    else
+        kda_gate_rows<K, GLD, E, false>(p, hv, cl, tid, Gs);
 }
 
 template <int K, typename T>
@@ -151,14 +197,13 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 
     prep_issue_qk<K, T>(p, it, tid, Qs, Ks);
 
-    /* Gam: the raw gate inputs into Gs, then thread d sums key d's log decays over the chunk in
-     * place (floored as chunk_prep floors them: exp(-40) resets any state, and every difference
-     * stays finite); padding tokens decay 0. f32 gates in 16-byte aligned rows come with cp.async,
-     * in flight together with Q and K; other gate inputs through registers. The loops stay
-     * rolled: unrolled, the gate formula's code would not fit the instruction cache. */
-    /* Gate inputs into Gs: rows of 16-byte aligned keys with cp.async, in flight together with Q
-     * and K (f32 in place, 16-bit staged at the end of each row); other views element by element.
-     * Raw inputs then pass the gate formula (kda_gate_rows). */
+    /* Gam: the gate inputs into Gs, then thread d sums key d's log decays (log2 units) over the
+     * chunk in place, each floored as chunk_prep floors them (exp(-40) resets any state, and every
+     * difference stays finite); padding tokens decay 0. Rows of 16-byte aligned keys come with
+     * cp.async, in flight together with Q and K (f32 in place, 16-bit staged at the end of each
+     * row); other views element by element. Raw inputs then pass the gate formula
+     * (kda_gate_rows). Its loops stay rolled: unrolled, the gate formula's code would not fit the
+     * instruction cache. */
     const float *g32 = p.g ? p.g : (p.a_dtype == GDN_DTYPE_F32 ? static_cast<const float *>(p.a) : nullptr);
     const int64_t gs_b = p.g ? p.g_b : p.a_b, gs_t = p.g ? p.g_t : p.a_t, gs_h = p.g ? p.g_h : p.a_h;
     const int64_t gs_r = p.g ? p.g_r : p.a_r, goff = it.sq.row * gs_b + it.t0 * gs_t + hv * gs_h;
@@ -206,19 +251,26 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         __syncthreads();
     }
     if (tid < K) {
-        /* Key d's running sum over the chunk, in place. */
+        /* Key d's running sum over the chunk, in place, in log2 units (the gate formula wrote them
+         * floored; precomputed g is scaled and floored here). */
         const int d = tid;
         float acc = 0.f;
+        if (p.g) {
 #pragma unroll 8
-        for (int r = 0; r < it.cl; ++r) {
-            float gv = Gs[r * GLD + d];
-            if (gv < G_FLOOR)
-                gv = G_FLOOR;
-            acc += gv;
-            Gs[r * GLD + d] = acc * LOG2E;
+            for (int r = 0; r < it.cl; ++r) {
+                const float g2 = Gs[r * GLD + d] * LOG2E;
+                acc += g2 < G_FLOOR2 ? G_FLOOR2 : g2;
+                Gs[r * GLD + d] = acc;
+            }
+        } else {
+#pragma unroll 8
+            for (int r = 0; r < it.cl; ++r) {
+                acc += Gs[r * GLD + d];
+                Gs[r * GLD + d] = acc;
+            }
         }
         for (int r = it.cl; r < C; ++r)
-            Gs[r * GLD + d] = acc * LOG2E;
+            Gs[r * GLD + d] = acc;
     }
 
     /* Row norms: two threads per row, half the columns each. */
