@@ -185,9 +185,11 @@ template <> struct Mma16<__nv_bfloat16> {
         __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&v);
     }
+    /* bf16 is the top half of an f32: a shift and a mask (__bfloat1622float2 spends a byte
+     * permute and a shift on the high half). */
     static __device__ __forceinline__ float2 unpack(uint32_t x)
     {
-        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
+        return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
     }
     static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     {
