@@ -178,6 +178,13 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
         kda_gate_rows<K, GLD, E, false>(p, hv, cl, tid, Gs);
 }
 
+/* The first image row of warp w (w = 4: the end). At K = 128 the products cost a thread of warp w
+ * about 8 (64 + 45 (w + 1)) instructions (eight 16-key slices: its A rows, then w + 1 B blocks)
+ * and an image step (two rows a warp) about 110 (SASS counts under ncu), so warps 0 .. 3 take 24,
+ * 20, 12 and 8 rows: about 2200-2400 instructions each against 1750-2830 with 16 rows each.
+ * Multiples of 4, the rows of a warp step at K = 64. */
+__device__ __forceinline__ int kda_img_rows(int w) { return w == 0 ? 0 : w == 1 ? 24 : w == 2 ? 44 : w == 3 ? 56 : C; }
+
 template <int K, typename T>
 __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem)
 {
@@ -298,13 +305,15 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     }
     __syncthreads();
 
-    /* The record's images and exp(Gam_C). A thread takes one 16-byte chunk column ch of 8 rows
+    /* The record's images and exp(Gam_C). A thread takes one 16-byte chunk column ch of its rows
      * and writes all three tiles' chunks there at once: Q~ and K~ share their 2^Gam, K~ and K^
-     * share the k-norm-scaled K, and exp(Gam_C) of the chunk's keys stays in registers. */
+     * share the k-norm-scaled K, and exp(Gam_C) of the chunk's keys stays in registers. The rows
+     * go to the warps unevenly (kda_img_rows), against the products below, where warp w takes
+     * w + 1 blocks: the barrier after them then waits less on warp 3. */
     {
         using KR = KdaRec<K>;
-        constexpr int RSTEP = 128 / KC;
-        const int ch = tid % KC, r0 = tid / KC;
+        constexpr int RSTEP = 32 / KC; /* rows of a warp step */
+        const int ch = lane % KC, r0 = kda_img_rows(warp) + lane / KC, r1 = kda_img_rows(warp + 1);
         const float *gc = Gs + (C - 1) * GLD + 8 * ch;
         float gcv[8];
         {
@@ -314,7 +323,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         }
         unsigned char *img = rec + KR::IMG + (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES;
 #pragma unroll 1
-        for (int r = r0; r < C; r += RSTEP) {
+        for (int r = r0; r < r1; r += RSTEP) {
             const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, 8 * ch));
             const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, 8 * ch));
             const float4 g0 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch);
