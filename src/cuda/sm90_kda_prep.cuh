@@ -180,10 +180,11 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
 
 /* The first image row of warp w (w = 4: the end). At K = 128 the products cost a thread of warp w
  * about 8 (64 + 45 (w + 1)) instructions (eight 16-key slices: its A rows, then w + 1 B blocks)
- * and an image step (two rows a warp) about 110 (SASS counts under ncu), so warps 0 .. 3 take 24,
- * 20, 12 and 8 rows: about 2200-2400 instructions each against 1750-2830 with 16 rows each.
- * Multiples of 4, the rows of a warp step at K = 64. */
-__device__ __forceinline__ int kda_img_rows(int w) { return w == 0 ? 0 : w == 1 ? 24 : w == 2 ? 44 : w == 3 ? 56 : C; }
+ * and an image step (two rows a warp) about 110 (SASS counts under ncu): with 28, 20, 10 and 6
+ * rows each warp runs about 2100-2400 of the two phases, against 1750-2830 with 16 rows each.
+ * (Of the splits timed, 28 / 20 / 10 / 6 beat 26 / 20 / 12 / 6 and 24 / 20 / 12 / 8.) Any split
+ * is exact: a warp step covers 32 / (K / 8) rows, each row below the warp's end once. */
+__device__ __forceinline__ int kda_img_rows(int w) { return w == 0 ? 0 : w == 1 ? 28 : w == 2 ? 48 : w == 3 ? 58 : C; }
 
 template <int K, typename T>
 __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem)
