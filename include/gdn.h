@@ -250,9 +250,9 @@ GDN_API gdn_status gdn_chunk_fwd_workspace_size(const gdn_chunk_fwd_args *args, 
 GDN_API gdn_status gdn_chunk_fwd(const gdn_chunk_fwd_args *args);
 
 /* Bytes of saved_states for these arguments (validated as by gdn_chunk_fwd): on CUDA with GDN gates,
- * bf16 / f16 inputs and K, V of 64 or 128, the state entering every 64-token chunk in the input
- * dtype, K * V * 2 bytes per chunk and value head (512 B per token and value head at K = V = 128);
- * else 0. */
+ * bf16 / f16 inputs and K, V of 64 or 128, per 64-token chunk and value head the state entering
+ * the chunk in the input dtype (K * V * 2 bytes) and the backward's record of the chunk (T, Pm and
+ * per-token factors, 19200 bytes): 812 B per token and value head at K = V = 128; else 0. */
 GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, size_t *bytes);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -261,9 +261,10 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
 /* Gradients of L = sum(d_o * o) + sum(dht * final_state) through the chunked forward with the
  * same inputs. GDN gates only (a KDA gate gives GDN_ERR_UNSUPPORTED).
  *
- * Storage: the backward needs the state entering every 64-token chunk. The CUDA forward saves them
- * where the caller gives it saved_states (gdn_chunk_saved_states_size); the backward reads them
- * from the same buffer, else recomputes them. The CPU backward always recomputes: it keeps a
+ * Storage: the backward needs the state entering every 64-token chunk and per chunk the matrices
+ * T = (I + A)^-1 and Pm. The CUDA forward saves them where the caller gives it saved_states
+ * (gdn_chunk_saved_states_size); the backward reads them from the same buffer, else recomputes
+ * them. The CPU backward always recomputes: it keeps a
  * checkpoint of the state every 64 tokens of a sequence and recomputes the states inside each
  * 64-token chunk from its checkpoint while walking the tokens in reverse.
  *   CPU: the checkpoints are double: 8 * K * V / 64 bytes per token and value head of the
@@ -273,10 +274,11 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
  *   thread count (gdn_set_num_threads). The call runs on as many threads as the workspace covers,
  *   one at least.
  *   CUDA (bf16 / f16 inputs, K and V of 64 or 128, f32 / bf16 states): per 64-token chunk and
- *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B), the state
- *   entering the chunk (K V 16-bit values; not with saved_states) and the gradient of the state
- *   leaving it (2 K V: hi and lo parts): 1836 B per token and value head at K = V = 128, 1324 B
- *   with saved_states. No allocation, no host sync, graph-capturable; bitwise repeatable.
+ *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B; not with
+ *   saved_states), the state entering the chunk (K V 16-bit values; not with saved_states) and the
+ *   gradient of the state leaving it (2 K V: hi and lo parts): 1836 B per token and value head at
+ *   K = V = 128, 1024 B with saved_states. No allocation, no host sync, graph-capturable; bitwise
+ *   repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k
  * (through the normalisation); with beta_from_logits dbeta is w.r.t. the logits; with raw a, da,

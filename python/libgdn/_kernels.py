@@ -128,9 +128,11 @@ def _no_states(t):
 
 
 def saved_states_bytes(q, v, cu_seqlens, gate_kind):
-    """gdn_chunk_saved_states_size without a call (the fake implementations need it): the state
-    entering every 64-token chunk slot (sm90_chunk_common.cuh's map), K V 16-bit values per slot and
-    value head, where the CUDA backward reads them; else 0. The op checks it against the query."""
+    """gdn_chunk_saved_states_size without a call (the fake implementations need it): per 64-token
+    chunk slot (sm90_chunk_common.cuh's map) and value head the state entering it (K V 16-bit
+    values), then from a 256-byte boundary the backward's record of each (19200 bytes: T, Pm and
+    per-token factors), where the CUDA backward reads them; else 0. The op checks it against the
+    query."""
     B, T, _, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if q.device.type != "cuda" or gate_kind != C.GDN_GATE_GDN or q.dtype not in (torch.bfloat16, torch.float16) \
@@ -138,7 +140,8 @@ def saved_states_bytes(q, v, cu_seqlens, gate_kind):
         return 0
     # varlen: floor(T / 64) + N + 1 slots, N + 1 being cu_seqlens' length
     slots = T // 64 + cu_seqlens.shape[0] if cu_seqlens is not None else B * ((T + 63) // 64)
-    return HV * slots * K * V * 2
+    tiles = HV * slots * K * V * 2
+    return (tiles + 255) // 256 * 256 + HV * slots * 19200
 
 
 def _chunk_fwd_fake(x):

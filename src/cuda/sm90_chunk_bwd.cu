@@ -4,10 +4,11 @@
  *
  * Storage: per (chunk slot, value head) the backward keeps a record (19200 B), the state entering
  * the chunk (K V 16-bit values, as S^T) and the gradient of the state leaving it (2 K V: hi and lo
- * parts): 1836 B of workspace per token and value head at K = V = 128. The states entering the
- * chunks come from the forward where it saved them (gdn_chunk_fwd_args.saved_states: 512 B per
- * token and value head, written by chunk_wg's output warpgroup); then the workspace drops them
- * (1324 B) and bwd_chain runs only its reverse role. Chunk slots follow the forward's map
+ * parts): 1836 B of workspace per token and value head at K = V = 128. Where the forward saved them
+ * (gdn_chunk_fwd_args.saved_states, saved_bytes: 812 B per token and value head, the states written
+ * by chunk_wg's output warpgroup, the records by chunk_prep), the backward reads the states and the
+ * records from there: the workspace drops both (1024 B), bwd_prep does not run and bwd_chain runs
+ * only its reverse role. Chunk slots follow the forward's map
  * (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device
  * only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
@@ -21,16 +22,15 @@ struct WsPlan {
     size_t rec, S, dS, gpart, bytes;
 };
 
-/* The states entering the chunks: [HV][slots][V][K] in the input type. */
-static size_t states_bytes(const gdn_problem *p) { return (size_t)slots_per_head(p) * (size_t)(p->HV * p->K * p->V) * 2; }
-
+/* Without saved states: the records, then the states entering the chunks ([HV][slots][V][K] in the
+ * input type); with them, neither. */
 static WsPlan plan_ws(const gdn_problem *p)
 {
     const size_t units = (size_t)slots_per_head(p) * (size_t)p->HV;
     WsPlan w;
     w.rec = 0;
-    w.S = w.rec + align256(units * REC_BYTES);
-    w.dS = w.S + (p->saved_states ? 0 : align256(states_bytes(p)));
+    w.S = w.rec + (p->saved_states ? 0 : align256(units * REC_BYTES));
+    w.dS = w.S + (p->saved_states ? 0 : align256(saved_tiles_bytes(p)));
     w.gpart = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
     w.bytes = w.gpart + align256(units * sizeof(float2));
     return w;
@@ -55,8 +55,10 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
 {
     gdn_status st;
     const unsigned units = (unsigned)(prm.slots * prm.HV);
-    if ((st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
-        GDN_OK)
+    /* The records: the forward's where it saved them. */
+    if (!prm.S_saved &&
+        (st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
+            GDN_OK)
         return st;
     /* The forward role only where the forward did not save the states. */
     const unsigned roles = prm.S_saved ? 1 : 2;
@@ -110,7 +112,7 @@ extern "C" size_t gdn_cuda_chunk_saved_states_size(const gdn_problem *p)
 {
     const bool takes = p->gate_kind == GDN_GATE_GDN && (p->q.dtype == GDN_DTYPE_BF16 || p->q.dtype == GDN_DTYPE_F16) &&
                        (p->K == 64 || p->K == 128) && (p->V == 64 || p->V == 128) && !p->state_indices;
-    return takes ? states_bytes(p) : 0;
+    return takes ? saved_bytes(p) : 0;
 }
 
 extern "C" size_t gdn_cuda_chunk_bwd_workspace_size(const gdn_bwd_problem *bp) { return plan_ws(&bp->fwd).bytes; }
@@ -163,7 +165,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.ddt_bias = bp->ddt_bias;
     const WsPlan w = plan_ws(p);
     unsigned char *ws = static_cast<unsigned char *>(p->workspace);
-    prm.rec = ws + w.rec;
+    prm.rec = p->saved_states ? static_cast<unsigned char *>(p->saved_states) + saved_rec_offset(p) : ws + w.rec;
     prm.S = p->saved_states ? p->saved_states : ws + w.S;
     prm.S_saved = p->saved_states != nullptr;
     /* 16 value columns per chain CTA where 32 would leave more than half of the SMs idle (the

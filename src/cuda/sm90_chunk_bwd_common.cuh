@@ -14,6 +14,9 @@ namespace gdn_bwd {
 using namespace gdn_tiles;
 using gdn_chunk::C;
 using gdn_chunk::G_FLOOR;
+using gdn_chunk::saved_rec_offset;
+using gdn_chunk::saved_tiles_bytes;
+using gdn_chunk::saved_bytes;
 using gdn_chunk::slots_per_head;
 using gdn_chunk::sm_count;
 
@@ -37,21 +40,17 @@ struct BwdParams {
     gdn_view dg, da, dbeta;
     gdn_view dA_log, ddt_bias;
     /* Workspace, [HV][slots] of each. */
-    unsigned char *rec;       /* BwdRec */
+    unsigned char *rec;       /* gdn_rec's record (the workspace's, or the forward's ChunkParams::bwd_rec) */
     void *S;                  /* [V][K] 16-bit: the state entering the chunk, as S^T (the workspace,
                                * or the forward's ChunkParams::states_out) */
     void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
     float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
-    int S_saved;              /* S is the forward's: bwd_chain runs only its reverse role */
+    int S_saved;              /* S and rec are the forward's: no bwd_prep, bwd_chain in its reverse role only */
     int chain_vs;             /* bwd_chain's value columns per CTA: 16 or 32 */
 };
 
-/* The record of one (chunk, value head): T and Pm ([C][C], 16-bit, zero above the diagonal), then
- * the per-token rows below (f32). Rows past the end of a sequence hold g = 0, beta = 0, k = q = 0. */
-enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };
-constexpr int REC_ROWS = 2 * C * C * 2; /* byte offset of the rows */
-constexpr int REC_BYTES = REC_ROWS + R_COUNT * C * 4;
-static_assert(REC_BYTES % 16 == 0, "record: whole 16-byte copies");
+/* The record of one (chunk, value head): gdn_chunk::gdn_rec (sm90_chunk_common.cuh). */
+using namespace gdn_chunk::gdn_rec;
 
 /* Chunk slot -> batch row, first token, live rows (cl = 0: a padding slot). */
 struct Loc {

@@ -127,12 +127,7 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
             *reinterpret_cast<uint32_t *>(pm + i * C + j) = Mma16<T>::pack(pv[0], pv[1]);
         }
     gdn_chunk::prep_inverse<LDF>(As, Ts, tid, 0);
-    T *tm = reinterpret_cast<T *>(rec);
-    for (int idx = tid; idx < C * C / 2; idx += 128) {
-        const int i = idx / (C / 2), j = 2 * (idx % (C / 2));
-        *reinterpret_cast<uint32_t *>(tm + i * C + j) =
-            Mma16<T>::pack(j <= i ? Ts[i * LDF + j] : 0.f, j + 1 <= i ? Ts[i * LDF + j + 1] : 0.f);
-    }
+    gdn_chunk::store_lower<LDF, T>(Ts, reinterpret_cast<T *>(rec), tid);
 }
 
 } /* namespace gdn_bwd */

@@ -52,6 +52,18 @@ template <int K> struct KdaRec {
     static_assert(COPIES <= WS_COPIES, "KDA record: chunk_wg's copy map holds GDN's count");
 };
 
+/* The backward's record of one (chunk, value head): bwd_prep writes it, or in training the
+ * forward's chunk_prep into the saved states (saved_rec_offset). T = (I + A)^-1 and Pm ([C][C],
+ * 16-bit, zero above the diagonal), then the per-token rows below (f32). Rows past the end of a
+ * sequence hold g = 0, beta = 0, k = q = 0. */
+namespace gdn_rec {
+enum BwdRow { R_CK, R_CQ, R_CU, R_GAM, R_BETA, R_RK, R_RQ, R_GLOG, R_LIVE, R_GU, R_GC, R_COUNT };
+constexpr int REC_ROWS = 2 * C * C * 2; /* byte offset of the rows */
+constexpr int REC_BYTES = REC_ROWS + R_COUNT * C * 4;
+static_assert(REC_BYTES % 16 == 0, "record: whole 16-byte copies");
+} /* namespace gdn_rec */
+using namespace gdn_rec;
+
 /* Tb and Pm are lower triangular: the workspace keeps only their 16 x 16 blocks on and below the
  * diagonal (chunk_wg zeroes the others once in shared memory): row i holds its first 2 (i / 16 + 1) 16-byte chunks
  * (logical, unswizzled order), rows packed one after another. Index of chunk ch of row i. */
@@ -115,6 +127,9 @@ struct ChunkParams {
     /* Training (GDN gates): the state entering every chunk, S^T rounded to the input type, for
      * the backward (gdn_bwd::BwdParams::S, same layout: [HV][slots][V][K]); or NULL. */
     void *states_out;
+    /* Training: the backward's record of every (chunk, value head) ([HV][slots] of REC_BYTES),
+     * written by chunk_prep beside its own; or NULL. */
+    unsigned char *bwd_rec;
 };
 
 /* 2^x in one MUFU.EX2 (relative error ~2^-22); the callers keep x <= 0, or (kda_prep) x <= 96. */
@@ -141,6 +156,19 @@ static inline int64_t slots_per_head(const gdn_problem *p)
     if (p->cu_seqlens)
         return p->T / C + p->N + 1;
     return p->N * ((p->T + C - 1) / C);
+}
+
+/* The saved states of training (gdn_chunk_fwd_args.saved_states, for the backward): the state
+ * entering every chunk slot ([HV][slots][V][K] in the input type, as S^T), then from
+ * saved_rec_offset the backward's records ([HV][slots] of REC_BYTES). */
+static inline size_t saved_tiles_bytes(const gdn_problem *p)
+{
+    return (size_t)slots_per_head(p) * (size_t)(p->HV * p->K * p->V) * 2;
+}
+static inline size_t saved_rec_offset(const gdn_problem *p) { return (saved_tiles_bytes(p) + 255) / 256 * 256; }
+static inline size_t saved_bytes(const gdn_problem *p)
+{
+    return saved_rec_offset(p) + (size_t)slots_per_head(p) * (size_t)p->HV * REC_BYTES;
 }
 
 /* The SM count of the problem's device (a cached driver attribute, no sync), which sizes the tiles,

@@ -448,7 +448,10 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.ckpt_n = p->ckpt_stride_n;
     prm.ckpt_j = p->ckpt_stride_j;
     prm.ckpt_cols = p->ckpt_cols;
-    prm.states_out = p->gate_kind == GDN_GATE_GDN ? p->saved_states : nullptr;
+    /* Training (saved_bytes): chunk_wg writes the states, chunk_prep the backward's records. */
+    const bool save = p->gate_kind == GDN_GATE_GDN && p->saved_states;
+    prm.states_out = save ? p->saved_states : nullptr;
+    prm.bwd_rec = save ? static_cast<unsigned char *>(p->saved_states) + saved_rec_offset(p) : nullptr;
     prm.ws = ws + pk.bytes;
     CpPlan cp = plan_cp(p);
     if (cp.seg_chunks > 0 && p->workspace_bytes < pk.bytes + chunk_ws_bytes(p) + cp_ws_bytes(p, cp))

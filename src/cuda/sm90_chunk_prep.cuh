@@ -160,6 +160,12 @@ __device__ __forceinline__ unsigned char *ws_head(const ChunkParams &p, int64_t 
     return p.ws + ((size_t)hv * p.slots + (size_t)slot) * rec_bytes;
 }
 
+/* Training: the backward's record of (value head hv, chunk slot) (gdn_rec), in the saved states. */
+__device__ __forceinline__ unsigned char *bwd_rec_of(const ChunkParams &p, int64_t hv, int64_t slot)
+{
+    return p.bwd_rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
+}
+
 constexpr float G_FLOOR = -40.f; /* log decays below it are raised to it (chunk_prep) */
 
 
@@ -289,7 +295,8 @@ __device__ __forceinline__ void prep_load_gates(const ChunkParams &p, const Prep
 }
 
 /* The gates of every head of the item: token r of head hh at [hh * C + r]; padding tokens get no
- * decay and no write (g = beta = 0). */
+ * decay and no write (g = beta = 0). In training (bwd_rec) also the backward record's beta and
+ * live rows (live: the log decay is above the floor, where its derivative is not 0). */
 __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const PrepItem &it, int tid, const PrepGates &r,
                                                  float *graw, float *bet)
 {
@@ -298,9 +305,9 @@ __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const Pre
         const int idx = tid + 128 * j;
         if (idx >= it.nh * C)
             break;
-        float gv = 0.f, bv = 0.f;
+        float gv = 0.f, bv = 0.f, live = 1.f;
+        const int64_t hv = it.hv0 + idx / C;
         if ((idx & (C - 1)) < it.cl) {
-            const int64_t hv = it.hv0 + idx / C;
             gv = r.g[j];
             if (!p.g)
                 gv = gate_log_decay(gv, p.dt_bias ? p.dt_bias[hv * p.dt_h] : 0.f, p.A_log[hv], p.sp_beta,
@@ -308,12 +315,19 @@ __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const Pre
             /* A floor on the log decay: exp(-40) ~ 4e-18 resets any f32 state as g = -inf does, and
              * it keeps gam_i - gam_j finite (-inf - -inf would be NaN) and exact enough in f32.
              * NaN stays NaN. */
-            if (gv < G_FLOOR)
+            if (gv < G_FLOOR) {
                 gv = G_FLOOR;
+                live = 0.f;
+            }
             bv = p.beta_from_logits ? gate_beta(r.b[j], p.allow_neg_eigval) : r.b[j];
         }
         graw[idx] = gv;
         bet[idx] = bv;
+        if (p.bwd_rec) {
+            float *rows = reinterpret_cast<float *>(bwd_rec_of(p, hv, it.slot) + REC_ROWS);
+            rows[R_LIVE * C + (idx & (C - 1))] = live;
+            rows[R_BETA * C + (idx & (C - 1))] = bv;
+        }
     }
 }
 
@@ -366,6 +380,32 @@ __device__ __forceinline__ void prep_inverse(const float *As, float *Ts, int tid
     else
         inverse_blocks<LD, 1>(As, Ts, 3, 1, 8 * (warp & 1), lane);
     unit_sync(bar);
+}
+
+/* The lower triangle of an f32 [C][LD] matrix as a [C][C] 16-bit one, zeros above the diagonal
+ * (the backward record's T), by 128 threads. */
+template <int LD, typename T> __device__ __forceinline__ void store_lower(const float *Ts, T *out, int tid)
+{
+#pragma unroll 1
+    for (int idx = tid; idx < C * C / 2; idx += 128) {
+        const int i = idx / (C / 2), j = 2 * (idx % (C / 2));
+        *reinterpret_cast<uint32_t *>(out + i * C + j) =
+            Mma16<T>::pack(j <= i ? Ts[i * LD + j] : 0.f, j + 1 <= i ? Ts[i * LD + j + 1] : 0.f);
+    }
+}
+
+/* A lower-triangular matrix from the record's block layout (tri_chunk) to [C][C] with zeros above
+ * its diagonal blocks (the backward record's Pm), by 128 threads. The source is global memory this
+ * CTA wrote before a barrier: read through L2 (ld.global.cg). */
+template <typename T> __device__ __forceinline__ void tri_to_full(const T *tri, T *out, int tid)
+{
+#pragma unroll 1
+    for (int idx = tid; idx < C * 8; idx += 128) {
+        const int i = idx >> 3, ch = idx & 7;
+        const uint4 x = (ch >> 1) > (i >> 4) ? make_uint4(0, 0, 0, 0)
+                                             : __ldcg(reinterpret_cast<const uint4 *>(tri + tri_chunk(i, ch) * 8));
+        *reinterpret_cast<uint4 *>(out + i * C + ch * 8) = x;
+    }
 }
 
 /* prep_inverse, then Tb = T diag(beta) into the record (tb_out); bh is the head's beta. */
@@ -544,6 +584,13 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
             }
         }
         prep_inverse_tb<LD, T>(As, Ts, bh, reinterpret_cast<T *>(wsc), tid, bar);
+        if (p.bwd_rec) {
+            /* Training: T (in Ts until the next head's barrier) and Pm (this record's, written by
+             * mask_rows before the inverse's barriers) in the backward's layout. */
+            T *bt = reinterpret_cast<T *>(bwd_rec_of(p, hv0 + hh, slot));
+            store_lower<LD, T>(Ts, bt, tid);
+            tri_to_full<T>(reinterpret_cast<const T *>(wsc + TRI_BYTES), bt + C * C, tid);
+        }
         float *coef = reinterpret_cast<float *>(wsc + 2 * TRI_BYTES);
         if (tid < C) {
             const float gi = gh[tid], gc = gh[C - 1];
@@ -552,6 +599,20 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
             coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
             if (tid < 4)
                 coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
+            if (p.bwd_rec) {
+                /* bwd_prep's expressions (its beta and live rows come from prep_store_gates). */
+                float *rows = reinterpret_cast<float *>(bwd_rec_of(p, hv0 + hh, slot) + REC_ROWS);
+                const float gam_i = expf(gi), gu = expf(gc - gi);
+                rows[R_CK * C + tid] = rk[tid] * gam_i;
+                rows[R_CQ * C + tid] = p.scale * rq[tid] * gam_i;
+                rows[R_CU * C + tid] = rk[tid] * gu;
+                rows[R_GAM * C + tid] = gam_i;
+                rows[R_RK * C + tid] = rk[tid];
+                rows[R_RQ * C + tid] = rq[tid];
+                rows[R_GLOG * C + tid] = gi;
+                rows[R_GU * C + tid] = gu;
+                rows[R_GC * C + tid] = expf(gc);
+            }
         }
     }
     if (p.ready) {
