@@ -89,19 +89,8 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p)
         glog[2 * lane + 1] = cs.y;
     }
     __syncthreads();
-    if (tid < C) {
-        const float G_i = glog[tid], G_c = glog[C - 1];
-        const float gam = expf(G_i), gu = expf(G_c - G_i);
-        rows[R_CK * C + tid] = rk[tid] * gam;
-        rows[R_CQ * C + tid] = p.scale * rq[tid] * gam;
-        rows[R_CU * C + tid] = rk[tid] * gu;
-        rows[R_GAM * C + tid] = gam;
-        rows[R_RK * C + tid] = rk[tid];
-        rows[R_RQ * C + tid] = rq[tid];
-        rows[R_GLOG * C + tid] = G_i;
-        rows[R_GU * C + tid] = gu;
-        rows[R_GC * C + tid] = expf(G_c);
-    }
+    if (tid < C)
+        gdn_chunk::store_bwd_rows(rows, tid, glog[tid], glog[C - 1], rk[tid], rq[tid], p.scale);
 
     /* A (strictly lower) and Pm (lower, with the diagonal) from K K^T and Q K^T, warp w rows 16 w... */
     float kk[8][4], qk[8][4];

@@ -382,6 +382,22 @@ __device__ __forceinline__ void prep_inverse(const float *As, float *Ts, int tid
     unit_sync(bar);
 }
 
+/* The backward record's factor rows of token i from its log-decay cumsum G_i (natural units), the
+ * chunk's G_c and the norm factors: chunk_prep (training) and bwd_prep write them alike. */
+__device__ __forceinline__ void store_bwd_rows(float *rows, int i, float G_i, float G_c, float rk, float rq, float scale)
+{
+    const float gam = expf(G_i), gu = expf(G_c - G_i);
+    rows[R_CK * C + i] = rk * gam;
+    rows[R_CQ * C + i] = scale * rq * gam;
+    rows[R_CU * C + i] = rk * gu;
+    rows[R_GAM * C + i] = gam;
+    rows[R_RK * C + i] = rk;
+    rows[R_RQ * C + i] = rq;
+    rows[R_GLOG * C + i] = G_i;
+    rows[R_GU * C + i] = gu;
+    rows[R_GC * C + i] = expf(G_c);
+}
+
 /* The lower triangle of an f32 [C][LD] matrix as a [C][C] 16-bit one, zeros above the diagonal
  * (the backward record's T), by 128 threads. */
 template <int LD, typename T> __device__ __forceinline__ void store_lower(const float *Ts, T *out, int tid)
@@ -599,20 +615,9 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
             coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
             if (tid < 4)
                 coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
-            if (p.bwd_rec) {
-                /* bwd_prep's expressions (its beta and live rows come from prep_store_gates). */
-                float *rows = reinterpret_cast<float *>(bwd_rec_of(p, hv0 + hh, slot) + REC_ROWS);
-                const float gam_i = expf(gi), gu = expf(gc - gi);
-                rows[R_CK * C + tid] = rk[tid] * gam_i;
-                rows[R_CQ * C + tid] = p.scale * rq[tid] * gam_i;
-                rows[R_CU * C + tid] = rk[tid] * gu;
-                rows[R_GAM * C + tid] = gam_i;
-                rows[R_RK * C + tid] = rk[tid];
-                rows[R_RQ * C + tid] = rq[tid];
-                rows[R_GLOG * C + tid] = gi;
-                rows[R_GU * C + tid] = gu;
-                rows[R_GC * C + tid] = expf(gc);
-            }
+            if (p.bwd_rec) /* its beta and live rows come from prep_store_gates */
+                store_bwd_rows(reinterpret_cast<float *>(bwd_rec_of(p, hv0 + hh, slot) + REC_ROWS), tid, gi, gc,
+                               rk[tid], rq[tid], p.scale);
         }
     }
     if (p.ready) {
