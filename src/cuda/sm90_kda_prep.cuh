@@ -178,12 +178,11 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
         kda_gate_rows<K, GLD, E, false>(p, hv, cl, tid, Gs);
 }
 
-/* The first image row of warp w (w = 4: the end). At K = 128 the products cost a thread of warp w
- * about 8 (64 + 45 (w + 1)) instructions (eight 16-key slices: its A rows, then w + 1 B blocks)
- * and an image step (two rows a warp) about 110 (SASS counts under ncu): with 28, 20, 10 and 6
- * rows each warp runs about 2100-2400 of the two phases, against 1750-2830 with 16 rows each.
- * (Of the splits timed, 28 / 20 / 10 / 6 beat 26 / 20 / 12 / 6 and 24 / 20 / 12 / 8.) Any split
- * is exact: a warp step covers 32 / (K / 8) rows, each row below the warp's end once. */
+/* The first image row of warp w (w = 4: the end). In the products warp w takes w + 1 B blocks, so
+ * the warps with fewer blocks take more image rows, and the four reach the barrier after the
+ * products closer together (the split chosen, and the others tried: dev/prefill/README.md, "kda_prep
+ * by instruction count"). Any split is exact: a warp step covers 32 / (K / 8) rows, each row below
+ * the warp's end once. */
 __device__ __forceinline__ int kda_img_rows(int w) { return w == 0 ? 0 : w == 1 ? 28 : w == 2 ? 48 : w == 3 ? 58 : C; }
 
 template <int K, typename T>
