@@ -14,7 +14,9 @@
 #   DECODE_SKIP_TESTS=1 benchmarks only; DECODE_NO_BENCH=1 stops after the tests;
 #   DECODE_KDA=1 benchmarks KDA gates (bench_decode --kda against FLA's fused_recurrent_kda,
 #   results in decode-kda-results.txt with issue 16's targets);
-#   DECODE_COMMIT names the commit in the results (the device copy of the tree has no git).
+#   DECODE_COMMIT names the commit in the results (the device copy of the tree has no git);
+#   DECODE_PREBUILT=1 skips the build and runs $BUILD/tests/test_cuda_recurrent and
+#   $BUILD/bench_decode as carried (built here: the device's own build costs device time).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/decode-out}
@@ -33,7 +35,9 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 step build
 t0=$(date +%s)
-if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DGDN_BENCH=ON &&
+if [ "${DECODE_PREBUILT:-0}" = 1 ]; then
+    echo "prebuilt binaries in $BUILD"
+elif ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DGDN_BENCH=ON &&
        cmake --build "$BUILD" -j"$(nproc)" --target gdn_static test_cuda_recurrent bench_decode; } > "$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"
     echo "BUILD FAILED"

@@ -41,8 +41,8 @@
  * the decays moved into the staged vectors, all formed as direct products (no division by Gam):
  *   product 1 reads Gam_t o k_t and Gam_t o q_t (o: per key), the update reads D[7][j] o k_j and
  *   decays S0 by Gam_7 per key, and A and Bm take the dots k_t . (D[t][j] o k_j) and
- *   q_t . (D[t][j] o k_j), summed over the keys on CUDA cores (mma_kda_prep_chunk: one thread per
- *   key, then warp sums); the scalar e is staged as 1, so D and Gam of the GDN form are 0 / 1 and
+ *   q_t . (D[t][j] o k_j), summed over the keys on CUDA cores (mma_kda_prep_chunk: a warp per
+ *   pair of token rows); the scalar e is staged as 1, so D and Gam of the GDN form are 0 / 1 and
  *   chunk_solve and the solve are shared unchanged.
  *
  * Fragment layout (g = lane / 4, c = lane % 4): the accumulator of a 16 x 8 tile holds rows g
@@ -87,17 +87,14 @@ __device__ __forceinline__ int qk_off(int t, int key)
 }
 
 /* KDA's stage: MmaStage (q and k there become Gam_t o q_t and Gam_t o k_t, e is 1) plus the
- * decays, D[7][j] o k_j (khat, swizzled as k), Gam_7 per key and the per-warp partial sums of the
- * chunk's dots (lower triangle t >= j, index t (t + 1) / 2 + j; [.][0]: q_t . D k_j, [.][1]:
- * k_t . D k_j). */
+ * decays, D[7][j] o k_j (khat, swizzled as k), Gam_7 per key and the chunk's dots (lower triangle
+ * t >= j, index t (t + 1) / 2 + j; [0]: q_t . D k_j, [1]: k_t . D k_j). */
 constexpr int CHUNK_PAIRS = TOKEN_CHUNK * (TOKEN_CHUNK + 1) / 2;
-constexpr int MMA_MAX_WARPS = 4;
-
 template <int K, int ROWS> struct MmaKdaStage : MmaStage<K, ROWS> {
     alignas(16) float ek[TOKEN_CHUNK][K];
     alignas(16) float khat[TOKEN_CHUNK][K];
     alignas(16) float gam_last[K];
-    float dots[MMA_MAX_WARPS][2][CHUNK_PAIRS];
+    float dots[2][CHUNK_PAIRS];
 };
 
 template <int K, int ROWS> struct is_kda_stage<MmaKdaStage<K, ROWS>> : std::true_type {};
@@ -247,85 +244,91 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_pad_decays(MmaKda
         st.ek[tc + i / K][i % K] = 1.0f;
 }
 
-/* KDA, after the stage (and mma_pad_decays): per key, Gam_t = e_0 .. e_t and D[t][j] =
- * e_{j+1} .. e_t as direct products; khat = D[7][j] o k_j, gam_last = Gam_7, the dots
- * q_t . D k_j and k_t . D k_j (j <= t) summed over the thread's keys, then over the warp, into
- * dots[warp] (one row t at a time: all 72 sums live at once spill); last q and k become
- * Gam_t o q_t and Gam_t o k_t in place (each key is read and written by one thread only). Run by
- * the whole CTA; read after the next barrier. */
-template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st)
+/* KDA, after the stage (and mma_pad_decays), tokens tc.. being padding: the dots
+ * q_t . (D[t][j] o k_j) and k_t . (D[t][j] o k_j) (j <= t < tc; 0 for padding rows t), per key
+ * D[t][j] = e_{j+1} .. e_t as direct products; then khat = D[7][j] o k_j, gam_last = Gam_7 and, in
+ * place, q and k become Gam_t o q_t and Gam_t o k_t. Run by the whole CTA; read after the next
+ * barrier. The dots: warp w sums rows t = r and 7 - r for r = w, w + nwarps, .. < 4 (9 (t, j)
+ * pairs a row pair), each lane over keys lane, lane + 32, .., then over the warp; each row's sums
+ * are final where they are written (no per-warp partials to add). */
+template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st, int tc)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int t = 0; t < TOKEN_CHUNK; t++) {
+        const int r = t < TOKEN_CHUNK / 2 ? t : TOKEN_CHUNK - 1 - t;
+        if (r % nwarps != warp) /* uniform over the warp */
+            continue;
+        float dq[TOKEN_CHUNK], dk[TOKEN_CHUNK]; /* [0, t] used */
+#pragma unroll
+        for (int j = 0; j <= t; j++)
+            dq[j] = dk[j] = 0.0f;
+        if (t < tc) {
+#pragma unroll 1
+            for (int key = lane; key < K; key += 32) {
+                const float qt = st.q[t][qk_off(t, key)], kt = st.k[t][qk_off(t, key)];
+                float d = 1.0f; /* D[t][j], j from t down */
+#pragma unroll
+                for (int j = t; j >= 0; j--) {
+                    const float dkj = d * st.k[j][qk_off(j, key)];
+                    dq[j] = fmaf(qt, dkj, dq[j]);
+                    dk[j] = fmaf(kt, dkj, dk[j]);
+                    if (j > 0)
+                        d *= st.ek[j][key];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j <= t; j++) {
+#pragma unroll
+                for (int m = 16; m >= 1; m /= 2) {
+                    dq[j] += __shfl_xor_sync(0xffffffffu, dq[j], m);
+                    dk[j] += __shfl_xor_sync(0xffffffffu, dk[j], m);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j <= t; j++) {
+            if (lane == j) {
+                st.dots[0][t * (t + 1) / 2 + j] = dq[j];
+                st.dots[1][t * (t + 1) / 2 + j] = dk[j];
+            }
+        }
+    }
+    __syncthreads(); /* the dots read q and k of every key as staged */
     for (int key = threadIdx.x; key < K; key += blockDim.x) {
+        float e[TOKEN_CHUNK];
+#pragma unroll
+        for (int t = 0; t < TOKEN_CHUNK; t++)
+            e[t] = st.ek[t][key];
         float d7 = 1.0f;
 #pragma unroll
         for (int j = TOKEN_CHUNK - 1; j >= 0; j--) {
             const int off = qk_off(j, key);
             st.khat[j][off] = d7 * st.k[j][off];
-            d7 *= st.ek[j][key];
+            d7 *= e[j];
         }
         st.gam_last[key] = d7;
-    }
-#pragma unroll
-    for (int t = 0; t < TOKEN_CHUNK; t++) {
-        float dq[TOKEN_CHUNK], dk[TOKEN_CHUNK];
-#pragma unroll
-        for (int j = 0; j <= t; j++)
-            dq[j] = dk[j] = 0.0f;
-        for (int key = threadIdx.x; key < K; key += blockDim.x) {
-            const float qt = st.q[t][qk_off(t, key)], kt = st.k[t][qk_off(t, key)];
-            float d = 1.0f; /* D[t][j], j from t down */
-#pragma unroll
-            for (int j = t; j >= 0; j--) {
-                const float dkj = d * st.k[j][qk_off(j, key)];
-                dq[j] = fmaf(qt, dkj, dq[j]);
-                dk[j] = fmaf(kt, dkj, dk[j]);
-                d *= st.ek[j][key];
-            }
-        }
-#pragma unroll
-        for (int j = 0; j <= t; j++) {
-#pragma unroll
-            for (int m = 16; m >= 1; m /= 2) {
-                dq[j] += __shfl_xor_sync(0xffffffffu, dq[j], m);
-                dk[j] += __shfl_xor_sync(0xffffffffu, dk[j], m);
-            }
-            if (lane == 0) {
-                st.dots[warp][0][t * (t + 1) / 2 + j] = dq[j];
-                st.dots[warp][1][t * (t + 1) / 2 + j] = dk[j];
-            }
-        }
-    }
-    for (int key = threadIdx.x; key < K; key += blockDim.x) {
         float gam = 1.0f;
 #pragma unroll
         for (int t = 0; t < TOKEN_CHUNK; t++) {
             const int off = qk_off(t, key);
-            gam *= st.ek[t][key];
+            gam *= e[t];
             st.q[t][off] *= gam;
             st.k[t][off] *= gam;
         }
     }
 }
 
-/* KDA: the dots fragment of strip_products (q_g . k_j, k_g . k_j for j = 2c, 2c + 1) from the
- * warps' partial sums; 0 above the diagonal (chunk_solve masks those of A, D masks Bm's). */
+/* KDA: the dots fragment of strip_products (q_g . k_j, k_g . k_j for j = 2c, 2c + 1); 0 above the
+ * diagonal (chunk_solve masks those of A, D masks Bm's). */
 template <int K, int ROWS>
 __device__ __forceinline__ void mma_kda_dots(const MmaKdaStage<K, ROWS> &st, int g, int c, float (&dots)[4])
 {
-    const int nwarps = blockDim.x >> 5;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int j = 2 * c + h;
-        float sq = 0.0f, sk = 0.0f;
-        if (j <= g) {
-            for (int w = 0; w < nwarps; w++) {
-                sq += st.dots[w][0][g * (g + 1) / 2 + j];
-                sk += st.dots[w][1][g * (g + 1) / 2 + j];
-            }
-        }
-        dots[h] = sq;
-        dots[2 + h] = sk;
+        dots[h] = j <= g ? st.dots[0][g * (g + 1) / 2 + j] : 0.0f;
+        dots[2 + h] = j <= g ? st.dots[1][g * (g + 1) / 2 + j] : 0.0f;
     }
 }
 
@@ -581,7 +584,7 @@ __global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
             }
             mma_prep_chunk(st);
             if constexpr (KDA) {
-                mma_kda_prep_chunk(st);
+                mma_kda_prep_chunk(st, tc);
                 __syncthreads(); /* product 1 reads the decayed q and k */
             }
             StripDest<StateT> dst;
