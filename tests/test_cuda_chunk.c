@@ -995,6 +995,27 @@ static int test_kda_cp(void)
     return rc;
 }
 
+/* Few (sequence, head) pairs without CP, fixed length: the first chunks' records before the
+ * cooperative grid, the rest by kda_prep units beside the main pass (launch_coop). 12 and 16 heads
+ * give 24 and 64 main-pass CTAs: few and most of the prefix before the grid on 132 SMs. */
+static int test_kda_coop(void)
+{
+    tu_case_config c = kda_case(3000, 12, 12, 128, 1680);
+    int rc = run_case("kda coop T=3000 H=12", c, (opts){.check_determinism = 1, .tol = 6e-3, .report = 1});
+    c = kda_case(2000, 16, 16, 128, 1681);
+    c.B = 2;
+    c.raw_gates = 1;
+    c.lower_bound = -5.f;
+    rc = combine(rc, run_case("kda coop B=2 H=16 raw gates", c, (opts){.check_determinism = 1, .tol = 6e-3, .report = 1}));
+    c = kda_case(1500, 4, 12, 64, 1682);
+    c.layout = GDN_STATE_VK;
+    c.state_dtype = GDN_DTYPE_BF16;
+    rc = combine(rc, run_case("kda coop GVA K=64 bf16 VK graph", c, (opts){.tol = 1e-2, .report = 1, .graph = 1}));
+    c = kda_case(65, 2, 8, 128, 1683);
+    rc = combine(rc, run_case("kda coop T=65", c, KDA_OPTS));
+    return rc;
+}
+
 /* The state pool and checkpoints with KDA gates (tu_pool_run's chunk specs). */
 static int test_kda_pool(void)
 {
@@ -1043,6 +1064,7 @@ int main(int argc, char **argv)
         {"kda_states", test_kda_states},
         {"kda_varlen", test_kda_varlen},
         {"kda_cp", test_kda_cp},
+        {"kda_coop", test_kda_coop},
         {"kda_pool", test_kda_pool},
     };
     const char *why = tu_cuda_unavailable();

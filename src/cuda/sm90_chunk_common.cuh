@@ -80,6 +80,7 @@ struct ChunkParams {
     int64_t prep_heads;        /* value heads per chunk_prep CTA (divides G; prep_heads_for) */
     int *ready;                /* [HV][flag_blocks(slots)] records written, or NULL (launch_coop) */
     int64_t coop_main;         /* launch_coop: CTAs of the main pass; the rest run chunk_prep */
+    int64_t coop_first;        /* launch_coop: prep items done before the grid (KDA), in coop_item's order */
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
     void *o;

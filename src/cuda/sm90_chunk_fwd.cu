@@ -24,7 +24,8 @@
  * KDA gates (a decay per key): kda_prep (sm90_kda_prep.cuh) takes chunk_prep's place, one CTA per
  * (chunk, value head), and writes the decays into the record's Q~, K~, K^ tiles and exp(Gam_C)
  * per key; chunk_wg<KDA> reads those tiles where GDN reads Q and K, and decays S^T by column.
- * Context parallelism is the same; the cooperative grid is GDN's only.
+ * Context parallelism and the cooperative grid are the same (KDA's grid: fixed-length sequences,
+ * the first chunks' records written before it).
  *
  * Grids are one-dimensional with the CTAs that read the same tiles adjacent (head groups of a key
  * head in chunk_prep; V tiles, then value heads in chunk_wg), so those tiles come from L2.
@@ -55,6 +56,7 @@
  * per (sequence, value head, segment). q, k, v or o whose rows cannot be bulk-copied in place
  * (strides, alignment) are copied to or from a contiguous buffer at the workspace's start (plan_pack).
  */
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda_pack.cuh"
@@ -246,15 +248,43 @@ static gdn_status launch_cp(const ChunkParams &prm, const gdn_problem *p, cudaSt
 /* Few (sequence, head) pairs without CP: the main pass's CTAs (one per SM) leave most SMs idle,
  * and chunk_prep would run alone before it. launch_coop runs both in one cooperative grid of one
  * CTA per SM: the first coop_main CTAs are the main pass; each other CTA runs three chunk_prep
- * units (one per warpgroup), which count the items they finish per value head and block of
- * FLAG_BLOCK slots (red.release); the main pass's copy warpgroup waits for a block's count (an
+ * (kda_prep) units (one per warpgroup), which count the items they finish per value head and block
+ * of FLAG_BLOCK slots (red.release); the main pass's copy warpgroup waits for a block's count (an
  * acquire load) before copying its records. A cooperative launch guarantees that every CTA is
  * resident at once (or fails to launch), so the waits always end, also where kernels are
  * serialized (compute-sanitizer, profilers' replay). Taken when the main pass needs at most half
- * the SMs (unless TUNE_NO_COOP). */
-static bool coop_fits(const gdn_problem *p)
+ * the SMs (unless TUNE_NO_COOP); with KDA gates for fixed-length sequences only (kda_coop_first
+ * needs the chunk count). */
+static bool coop_fits(const gdn_problem *p, bool kda)
 {
-    return !TUNE_NO_COOP && p->T > 0 && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
+    return !TUNE_NO_COOP && p->T > 0 && (!kda || !p->cu_seqlens) && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
+}
+
+/* The cooperative grid's shared memory: chunk_wg's, or with KDA gates three kda_prep units if
+ * more (the grid holds one CTA per SM either way). */
+template <int K, bool KDA> constexpr int coop_smem_bytes()
+{
+    constexpr int WB = WgSmem<K, false, KDA>::BYTES, UNITS = 3 * ((KdaPrepSmem<K>::BYTES + 1023) / 1024 * 1024) + 1024;
+    return KDA && UNITS > WB ? UNITS : WB;
+}
+
+/* KDA: kda_prep alone on every SM takes about as long as the main pass at these shapes, and in
+ * the grid it has only the spare CTAs, so at the fewest spare SMs it would fall behind the main
+ * pass. The first X of every sequence's cps chunks therefore run before the grid, on every SM
+ * (kda_prep_kernel), with (cps - X) SMs / (R spare) <= cps: the grid's units reach the last
+ * chunk when the main pass does. R = 1.45 is the units' speed in the grid against their share of
+ * the all-SM prep pass, which is partly bound by DRAM (dev/prefill/README.md, "KDA's cooperative
+ * grid": the best prefix measured was 25 % with 68 spare SMs of 132, none with 100 or more).
+ * Returns the items of those chunks (coop_item's first ones). */
+static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
+{
+    const int64_t sms = sm_count(p), lag = 100 * sms - 145 * spare; /* (1 - R spare / SMs), in hundredths of SMs */
+    int64_t x = lag <= 0 ? 0 : (cps * lag + 100 * sms - 1) / (100 * sms);
+#ifdef GDN_CHUNK_DEV_KDA_PREFIX_ENV
+    if (const char *e = getenv("GDN_DEV_KDA_PREFIX")) /* percent of the chunks (dev/prefill/kda_coop_sweep.py) */
+        x = (cps * atoi(e) + 99) / 100;
+#endif
+    return min64(x, cps) * p->N * p->HV;
 }
 
 /* chunk_prep (kda_prep), then the main pass. */
@@ -265,14 +295,14 @@ static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaS
     return st != GDN_OK ? st : launch_wg<T, K, SERVE, KDA, false>(prm, p, 1, stream);
 }
 
-template <typename T, int K, bool SERVE>
+template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (p->T <= 0 || prm.slots <= 0)
         return GDN_OK;
     gdn_status st;
-    auto wg = chunk_wg_kernel<K, T, false, SERVE>;
-    constexpr int WB = WgSmem<K, false>::BYTES;
+    auto wg = chunk_wg_kernel<K, T, false, SERVE, KDA>;
+    constexpr int WB = coop_smem_bytes<K, KDA>();
     int per_sm = 0;
     if ((st = gdn_cuda_check(cudaFuncSetAttribute(wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WB),
                              "chunk_wg smem")) != GDN_OK ||
@@ -281,8 +311,8 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         return st;
     const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
     if (per_sm < 1 || ctas <= main_ctas) /* no room for prep units */
-        return launch_two<T, K, SERVE, false>(prm, p, stream);
-    prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * WS_CHUNK);
+        return launch_two<T, K, SERVE, KDA>(prm, p, stream);
+    prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * record_bytes(p));
     prm.coop_main = main_ctas;
     int flags0 = 0;
 #ifdef GDN_CHUNK_DEV_COOP_PROBE
@@ -298,25 +328,33 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
     if ((st = gdn_cuda_check(cudaMemsetAsync(prm.ready, flags0, coop_flag_bytes(prm.slots, p->HV), stream),
                              "chunk flags")) != GDN_OK)
         return st;
+    if (KDA) {
+        prm.coop_first = kda_coop_first(p, prm.cps, ctas - main_ctas);
+        if (prm.coop_first > 0 &&
+            (st = launch_kernel(kda_prep_kernel<K, T>, prm.coop_first, 128, KdaPrepSmem<K>::BYTES, stream, prm,
+                                "kda_prep launch")) != GDN_OK)
+            return st;
+    }
     const cudaError_t e = launch_raw(wg, ctas, WgConfig<false>::THREADS, WB, stream, prm, true);
     if (e == cudaErrorCooperativeLaunchTooLarge) {
-        /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused. */
+        /* Fewer SMs than the device reports (MPS limits): the two-kernel path, flags unused (KDA's
+         * first records are written again, the same). */
         (void)cudaGetLastError();
         prm.ready = NULL;
-        return launch_two<T, K, SERVE, false>(prm, p, stream);
+        prm.coop_first = 0;
+        return launch_two<T, K, SERVE, KDA>(prm, p, stream);
     }
     return gdn_cuda_check(e, "chunk_wg cooperative launch");
 }
 
-/* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid
- * (GDN: kda_prep's shared memory leaves no room for prep units beside chunk_wg<KDA>). */
+/* chunk_prep, then the main pass; or context parallelism's four passes; or both in one grid. */
 template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_paths(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     if (prm.seg_chunks > 0)
         return launch_cp<T, K, SERVE, KDA>(prm, p, stream);
-    if (!KDA && coop_fits(p))
-        return launch_coop<T, K, SERVE>(prm, p, stream);
+    if (coop_fits(p, KDA))
+        return launch_coop<T, K, SERVE, KDA>(prm, p, stream);
     return launch_two<T, K, SERVE, KDA>(prm, p, stream);
 }
 

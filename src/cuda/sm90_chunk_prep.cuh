@@ -235,6 +235,18 @@ template <bool GROUPED> __device__ __forceinline__ PrepItem prep_locate(const Ch
     return it;
 }
 
+/* launch_coop's order of prep items (groups of them per slot): chunk-major over the sequences
+ * (fixed length: slot = n cps + c, and slots = N cps), so that every main-pass CTA is fed from
+ * its start and the first i items are the first i / (N groups) chunks of every sequence; varlen in
+ * slot order. */
+__device__ __forceinline__ int64_t coop_item(const ChunkParams &p, int64_t i, int64_t groups)
+{
+    if (p.cu)
+        return i;
+    const int64_t r = i / groups, c = r / p.N, n = r % p.N;
+    return (n * p.cps + c) * groups + i % groups;
+}
+
 /* launch_coop counts the items done per value head and block of FLAG_BLOCK slots: the main pass
  * polls once per block instead of once per chunk (a poll's round trip to L2 sits on its copy
  * threads' path), at the price of waiting for a whole block of records. */

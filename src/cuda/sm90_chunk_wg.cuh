@@ -29,8 +29,9 @@
  *
  * launch_coop: the same kernel in a cooperative grid; CTAs past coop_main run chunk_prep as three
  * units (a warpgroup each, 72 KB of shared memory: two Q / K buffers, so that a unit fetches its
- * next item during the current one), and the copy warpgroup waits for each block of FLAG_BLOCK
- * slots' records before copying them.
+ * next item during the current one), with KDA gates kda_prep as three units (67 KB each: the grid
+ * is launched with more shared memory than chunk_wg<KDA> needs), and the copy warpgroup waits for
+ * each block of FLAG_BLOCK slots' records before copying them.
  *
  * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real
  * ones from a zero state (the first segment from the initial state) giving N^T, K more with v = 0
@@ -41,6 +42,7 @@
 #define GDN_SM90_CHUNK_WG_CUH
 
 #include "sm90_chunk_prep.cuh"
+#include "sm90_kda_prep.cuh"
 
 namespace gdn_chunk {
 
@@ -110,14 +112,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             const int unit = warp >> 2, ut = tid & 127;
             const int64_t groups = p.HV / p.prep_heads, units = 3 * (int64_t)(gridDim.x - p.coop_main);
             const int64_t items = p.slots * groups, first = 3 * (int64_t)(blockIdx.x - p.coop_main) + unit;
-            /* Chunk-major over the sequences (fixed length: slot = n cps + c), so that every
-             * main-pass CTA is fed from the start; varlen in slot order. */
-            auto order = [&](int64_t i) {
-                if (p.cu)
-                    return i;
-                const int64_t r = i / groups, c = r / p.N, n = r % p.N;
-                return (n * p.cps + c) * groups + i % groups;
-            };
+            auto order = [&](int64_t i) { return coop_item(p, i, groups); };
             using PL = PrepSmem<K>;
             constexpr int BUF = PL::BYTES - PL::GATES; /* Q and K, then A and T */
             constexpr int UNIT2 = (2 * BUF + PL::GATES + 1023) / 1024 * 1024;
@@ -174,6 +169,19 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                         prep_chunk<K, T, false>(p, order(i), ut, smem + unit * UNIT, 1 + unit);
                 }
             }
+            return;
+        }
+    }
+    if constexpr (!PRE && KDA) {
+        if (p.ready && blockIdx.x >= p.coop_main) {
+            /* launch_coop's prep role with KDA gates: three kda_prep units (a warpgroup each, its
+             * own shared memory and named barrier) take the items from coop_first on, the
+             * earlier ones having run before the grid (kda_prep_kernel). */
+            constexpr int UNIT = (KdaPrepSmem<K>::BYTES + 1023) / 1024 * 1024;
+            const int unit = warp >> 2, ut = tid & 127;
+            const int64_t units = 3 * (int64_t)(gridDim.x - p.coop_main), items = p.slots * p.HV;
+            for (int64_t i = p.coop_first + 3 * (int64_t)(blockIdx.x - p.coop_main) + unit; i < items; i += units)
+                kda_prep_chunk<K, T>(p, coop_item(p, i, p.HV), ut, smem + unit * UNIT, 1 + unit);
             return;
         }
     }

@@ -4,8 +4,9 @@
  * reads. What differs from GDN is where the decay sits: inside the products over the key
  * channels, so it cannot be a row factor applied after them.
  *
- * One CTA (4 warps) per (chunk, value head): the decays depend on the value head, so GDN's
- * grouping of value heads that share K K^T has nothing to share here.
+ * One CTA (4 warps) per (chunk, value head), or a warpgroup of chunk_wg's cooperative grid taking
+ * items in turn (launch_coop): the decays depend on the value head, so GDN's grouping of value
+ * heads that share K K^T has nothing to share here.
  *   - Gam, the per-key cumsum of the chunk's log decays (log2 units), in shared memory; q / k
  *     norms as row factors, as chunk_prep keeps them.
  *   - The three tile images Q~, K~, K^ and exp(Gam_C) to the record.
@@ -185,14 +186,18 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
  * the warp's end once. */
 __device__ __forceinline__ int kda_img_rows(int w) { return w == 0 ? 0 : w == 1 ? 28 : w == 2 ? 48 : w == 3 ? 58 : C; }
 
+/* One item, start to end, in one KdaPrepSmem region; bar as unit_sync's (0: the CTA's). With
+ * launch_coop (p.ready) the item's records are published to the main pass at the end. */
 template <int K, typename T>
-__device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem)
+__device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t item, int tid, unsigned char *smem, int bar)
 {
     using L = KdaPrepSmem<K>;
     constexpr int KC = K / 8, GLD = L::GLD, LD = L::LD;
     const PrepItem it = prep_locate<false>(p, item);
-    if (it.cl == 0)
+    if (it.cl == 0) {
+        prep_release(p, it.hv0, 1, it.slot, tid); /* as prep_chunk: a waiting main pass never hangs */
         return;
+    }
     const int64_t hv = it.hv0;
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * K;
@@ -247,7 +252,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         bet[tid] = bv;
     }
     cp_async_wait<0>();
-    __syncthreads();
+    unit_sync(bar);
     if (!p.g) {
         if (staged16 && p.a_dtype == GDN_DTYPE_BF16)
             kda_gate_rows<K, GLD, __nv_bfloat16>(p, hv, it.cl, tid, Gs);
@@ -255,7 +260,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
             kda_gate_rows<K, GLD, __half>(p, hv, it.cl, tid, Gs);
         else
             kda_gate_rows<K, GLD, float>(p, hv, it.cl, tid, Gs);
-        __syncthreads();
+        unit_sync(bar);
     }
     if (tid < K) {
         /* Key d's running sum over the chunk, in place, in log2 units (the gate formula wrote them
@@ -303,7 +308,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
             rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
         }
     }
-    __syncthreads();
+    unit_sync(bar);
 
     /* The record's images and exp(Gam_C). A thread takes one 16-byte chunk column ch of its rows
      * and writes all three tiles' chunks there at once: Q~ and K~ share their 2^Gam, K~ and K^
@@ -453,7 +458,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
                         qk[2 * nn + nt][e] = dq[nt][e];
                     }
     }
-    __syncthreads(); /* Q, K and Gam consumed: A and T take their place */
+    unit_sync(bar); /* Q, K and Gam consumed: A and T take their place */
 
     float rqr[2];
 #pragma unroll
@@ -462,14 +467,23 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     const int pm_row8 = 8 * (warp + 1) * 8;
     uint32_t *pm_out = reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(rec + TRI_BYTES) + tri_chunk(i0 + g, 0) * 8 + 2 * t);
     mask_rows<true, LD, T, false>(kk, qk, bet, bet, rk, rqr, As, pm_out, pm_row8, warp, g, t);
-    prep_inverse_tb<LD, T>(As, Ts, bet, reinterpret_cast<T *>(rec), tid, 0);
+    prep_inverse_tb<LD, T>(As, Ts, bet, reinterpret_cast<T *>(rec), tid, bar);
+    if (p.ready) {
+        /* launch_coop: publish the record; the barrier also frees the unit's shared memory. */
+        __threadfence();
+        unit_sync(bar);
+        prep_release(p, (int)hv, 1, it.slot, tid);
+    }
 }
 
+/* One item per CTA; with launch_coop (p.ready) the first items of coop_item's order (the prefix
+ * that runs before the cooperative grid), else the items in slot order. */
 template <int K, typename T>
 __global__ void __launch_bounds__(128) kda_prep_kernel(const ChunkParams p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    kda_prep_chunk<K, T>(p, blockIdx.x, threadIdx.x, smem);
+    const int64_t i = blockIdx.x;
+    kda_prep_chunk<K, T>(p, p.ready ? coop_item(p, i, p.HV) : i, threadIdx.x, smem, 0);
 }
 
 } /* namespace gdn_chunk */
