@@ -996,8 +996,9 @@ static int test_kda_cp(void)
 }
 
 /* Few (sequence, head) pairs without CP, fixed length: the first chunks' records before the
- * cooperative grid, the rest by kda_prep units beside the main pass (launch_coop). 12 and 16 heads
- * give 24 and 64 main-pass CTAs: few and most of the prefix before the grid on 132 SMs. */
+ * cooperative grid (kda_coop_first), the rest by kda_prep units beside the main pass (launch_coop).
+ * On 132 SMs: 24 main-pass CTAs (12 heads) and 12, 16 take no prefix; 64 (B = 2, 16 heads) about
+ * 28 % of the chunks; 48 (K = 64, 48 value heads) about 9 %. */
 static int test_kda_coop(void)
 {
     tu_case_config c = kda_case(3000, 12, 12, 128, 1680);
@@ -1013,6 +1014,9 @@ static int test_kda_coop(void)
     rc = combine(rc, run_case("kda coop GVA K=64 bf16 VK graph", c, (opts){.tol = 1e-2, .report = 1, .graph = 1}));
     c = kda_case(65, 2, 8, 128, 1683);
     rc = combine(rc, run_case("kda coop T=65", c, KDA_OPTS));
+    c = kda_case(2000, 4, 48, 64, 1684);
+    c.dtype = GDN_DTYPE_F16;
+    rc = combine(rc, run_case("kda coop prefix K=64 f16 graph", c, (opts){.check_determinism = 1, .tol = 6e-3, .report = 1, .graph = 1}));
     return rc;
 }
 

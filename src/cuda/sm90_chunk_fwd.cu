@@ -274,7 +274,8 @@ template <int K, bool KDA> constexpr int coop_smem_bytes()
  * (kda_prep_kernel), with (cps - X) SMs / (R spare) <= cps: the grid's units reach the last
  * chunk when the main pass does. R = 1.45 is the units' speed in the grid against their share of
  * the all-SM prep pass, which is partly bound by DRAM (dev/prefill/README.md, "KDA's cooperative
- * grid": the best prefix measured was 25 % with 68 spare SMs of 132, none with 100 or more).
+ * grid": of the prefixes timed, 25 % was best with 68 spare SMs of 132, none with 100 and 108; the
+ * rule gives none from 92).
  * Returns the items of those chunks (coop_item's first ones). */
 static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
 {
@@ -282,7 +283,7 @@ static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
     int64_t x = lag <= 0 ? 0 : (cps * lag + 100 * sms - 1) / (100 * sms);
 #ifdef GDN_CHUNK_DEV_KDA_PREFIX_ENV
     if (const char *e = getenv("GDN_DEV_KDA_PREFIX")) /* percent of the chunks (dev/prefill/kda_coop_sweep.py) */
-        x = (cps * atoi(e) + 99) / 100;
+        x = atoi(e) > 0 ? (cps * atoi(e) + 99) / 100 : 0;
 #endif
     return min64(x, cps) * p->N * p->HV;
 }

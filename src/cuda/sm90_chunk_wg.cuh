@@ -29,8 +29,9 @@
  *
  * launch_coop: the same kernel in a cooperative grid; CTAs past coop_main run chunk_prep as three
  * units (a warpgroup each, 72 KB of shared memory: two Q / K buffers, so that a unit fetches its
- * next item during the current one), with KDA gates kda_prep as three units (67 KB each: the grid
- * is launched with more shared memory than chunk_wg<KDA> needs), and the copy warpgroup waits for
+ * next item during the current one), with KDA gates kda_prep as three units (67 KB each at K = 128:
+ * the grid is then launched with more shared memory than chunk_wg<KDA> needs), and the copy
+ * warpgroup waits for
  * each block of FLAG_BLOCK slots' records before copying them.
  *
  * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real

@@ -469,7 +469,8 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     mask_rows<true, LD, T, false>(kk, qk, bet, bet, rk, rqr, As, pm_out, pm_row8, warp, g, t);
     prep_inverse_tb<LD, T>(As, Ts, bet, reinterpret_cast<T *>(rec), tid, bar);
     if (p.ready) {
-        /* launch_coop: publish the record; the barrier also frees the unit's shared memory. */
+        /* launch_coop: publish the record; the barrier also frees the unit's shared memory for its
+         * next item (units run only with p.ready set). */
         __threadfence();
         unit_sync(bar);
         prep_release(p, (int)hv, 1, it.slot, tid);
