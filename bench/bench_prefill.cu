@@ -109,6 +109,9 @@ int main(int argc, char **argv)
         {"varlen64rand_H16_HV32", 1, 0, 16, 32, 64, 0},
         {"B1_T8192_H2_HV8", 1, 8192, 2, 8, 0, 0},
         {"B1_T65536_H2_HV8", 1, 65536, 2, 8, 0, 0},
+        {"B2_T4096_H16_HV64", 2, 4096, 16, 64, 0, 0},
+        {"B8_T8192_H16_HV64", 8, 8192, 16, 64, 0, 0},
+        {"B1_T32768_H2_HV8", 1, 32768, 2, 8, 0, 0},
     };
     const int D = 128, WARM = 3, ITERS = 20;
     const long pool_m = getenv("GDN_BENCH_POOL") ? strtol(getenv("GDN_BENCH_POOL"), nullptr, 10) : 0;

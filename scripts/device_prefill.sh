@@ -81,11 +81,11 @@ for s in $steps; do
         [ -f $PRE/triton_autotune.tgz ] && tar xzf $PRE/triton_autotune.tgz -C $TRITON_CACHE_DIR
         export PYTHONUNBUFFERED=1 PYTHONPATH=.peers/fla:python GDN_LIBRARY=$SO
         t0=$(date +%s)
-        for w in B1_T32768_H16_HV32 B2_T16384_H16_HV16 B1_T8192_H2_HV8; do
+        for w in B1_T32768_H16_HV32 B2_T16384_H16_HV16 B1_T8192_H2_HV8 B2_T4096_H16_HV64; do
             timeout ${FLA_WARM_TIMEOUT:-300} python3 bench/fla_prefill.py --warm $w >>"$OUT/fla.log" 2>&1 &
         done
         wait
-        log "FLA autotune warm-up, three key sets in parallel: $(( $(date +%s) - t0 )) s"
+        log "FLA autotune warm-up, four key sets in parallel: $(( $(date +%s) - t0 )) s"
         timeout ${FLA_TIMEOUT:-600} python3 bench/fla_prefill.py "${ours[@]}" ${FLA_ARGS:-} --out "$OUT/prefill_table.txt" 2>&1 |
             tee -a "$OUT/fla.log"
         log "fla_prefill: rc=$?"
