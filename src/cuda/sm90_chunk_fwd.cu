@@ -264,7 +264,7 @@ static bool coop_fits(const gdn_problem *p, bool kda)
  * more (the grid holds one CTA per SM either way). */
 template <int K, bool KDA> constexpr int coop_smem_bytes()
 {
-    constexpr int WB = WgSmem<K, false, KDA>::BYTES, UNITS = 3 * ((KdaPrepSmem<K>::BYTES + 1023) / 1024 * 1024) + 1024;
+    constexpr int WB = WgSmem<K, false, KDA>::BYTES, UNITS = 3 * KdaPrepSmem<K>::UNIT + 1024;
     return KDA && UNITS > WB ? UNITS : WB;
 }
 

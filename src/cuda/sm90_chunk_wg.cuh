@@ -31,8 +31,7 @@
  * units (a warpgroup each, 72 KB of shared memory: two Q / K buffers, so that a unit fetches its
  * next item during the current one), with KDA gates kda_prep as three units (67 KB each at K = 128:
  * the grid is then launched with more shared memory than chunk_wg<KDA> needs), and the copy
- * warpgroup waits for
- * each block of FLAG_BLOCK slots' records before copying them.
+ * warpgroup waits for each block of FLAG_BLOCK slots' records before copying them.
  *
  * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real
  * ones from a zero state (the first segment from the initial state) giving N^T, K more with v = 0
@@ -178,7 +177,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             /* launch_coop's prep role with KDA gates: three kda_prep units (a warpgroup each, its
              * own shared memory and named barrier) take the items from coop_first on, the
              * earlier ones having run before the grid (kda_prep_kernel). */
-            constexpr int UNIT = (KdaPrepSmem<K>::BYTES + 1023) / 1024 * 1024;
+            constexpr int UNIT = KdaPrepSmem<K>::UNIT;
             const int unit = warp >> 2, ut = tid & 127;
             const int64_t units = 3 * (int64_t)(gridDim.x - p.coop_main), items = p.slots * p.HV;
             for (int64_t i = p.coop_first + 3 * (int64_t)(blockIdx.x - p.coop_main) + unit; i < items; i += units)

@@ -46,6 +46,7 @@ template <int K> struct KdaPrepSmem {
     static constexpr int MAT = C * LD * 4;
     static constexpr int MAIN = 2 * QK + GAM > 2 * MAT ? 2 * QK + GAM : 2 * MAT;
     static constexpr int BYTES = MAIN + 3 * C * 4; /* + beta, rk, rq */
+    static constexpr int UNIT = (BYTES + 1023) / 1024 * 1024; /* a unit's region in launch_coop's grid */
 };
 
 /* x (a packed pair of T) times 2^e0, 2^e1. */
