@@ -11,6 +11,8 @@
  *   --mma       the tensor-core path's tiles against the CUDA-core fast path's launcher tile (the
  *               data behind use_mma_path and mma_tile)
  *   --T LIST, --B LIST  token counts and batches of --pdl, --regs, --tiles, --mma
+ *   --kda       KDA gates (bench_decode --kda's inputs): every sweep times the kernels' KDA
+ *               instances, the data behind KDA's launch rules
  * Build (links the library, includes its private headers):
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DGDN_WITH_CUDA \
  *        -Iinclude -Isrc -Ibench dev/decode/decode_sweeps.cu build/libgdn_static.a -o decode_sweeps
@@ -35,6 +37,11 @@ static RecurrentParams variant_params(const Set &s)
     int64_t gs[3] = {s.T * HV, HV, 1};
     memcpy(p.a_s, gs, sizeof gs), memcpy(p.beta_s, gs, sizeof gs);
     p.A_log = s.A_log, p.dt_bias = s.dt_bias, p.dt_s = 1;
+    if (g_kind == GDN_GATE_KDA) { /* a [B, T, HV, K], dt_bias [HV, K] */
+        int64_t as[3] = {s.T * HV * K, HV * K, K};
+        memcpy(p.a_s, as, sizeof as);
+        p.a_sr = 1, p.dt_s = K, p.dt_sr = 1;
+    }
     p.softplus_beta = 1.0f, p.softplus_threshold = 20.0f;
     p.beta = s.b, p.beta_dtype = GDN_DTYPE_F32, p.beta_from_logits = 1;
     p.scale = 1.0f / sqrtf((float)K), p.use_qk_l2norm = 1;
@@ -104,6 +111,16 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
+    if (g_kind == GDN_GATE_KDA) {
+        CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, true>()));
+        return time_kernel(
+            stream, B, T, sd, l2,
+            [&](cudaStream_t st, const RecurrentParams &p) {
+                launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, true>, st, grid, warps, 0, pdl, p,
+                            rows);
+            },
+            hot);
+    }
     CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
     return time_kernel(
         stream, B, T, sd, l2,
@@ -146,7 +163,10 @@ static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, si
     const int rows = 4 * RPL * warps;
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true><<<grid, 32 * warps, 0, st>>>(p);
+        if (g_kind == GDN_GATE_KDA)
+            recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true, true><<<grid, 32 * warps, 0, st>>>(p);
+        else
+            recurrent_fwd_kernel<128, StateT, __nv_bfloat16, RPL, true><<<grid, 32 * warps, 0, st>>>(p);
     });
 }
 
@@ -209,8 +229,15 @@ static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-    CK((prepare_mma_kernel<128, StateT, __nv_bfloat16>()));
     const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
+    if (g_kind == GDN_GATE_KDA) {
+        CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, true>()));
+        return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+            launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, true>, st, grid, warps,
+                        mma_smem_bytes<128, StateT, true>(), pdl, p, rows);
+        });
+    }
+    CK((prepare_mma_kernel<128, StateT, __nv_bfloat16>()));
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
         launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16>, st, grid, warps, mma_smem_bytes<128, StateT>(),
                     pdl, p, rows);
@@ -226,8 +253,11 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
-                const TmaTile t = sdi ? tma_tile<128, __nv_bfloat16>(B, HV, V, T, false)
-                                      : tma_tile<128, float>(B, HV, V, T, false);
+                const bool kda = g_kind == GDN_GATE_KDA;
+                const TmaTile t = sdi ? (kda ? tma_tile<128, __nv_bfloat16, true>(B, HV, V, T, false)
+                                             : tma_tile<128, __nv_bfloat16>(B, HV, V, T, false))
+                                      : (kda ? tma_tile<128, float, true>(B, HV, V, T, false)
+                                             : tma_tile<128, float>(B, HV, V, T, false));
                 const double base = sdi ? time_tma<__nv_bfloat16>(stream, B, T, t.rows, t.warps, l2, true)
                                         : time_tma<float>(stream, B, T, t.rows, t.warps, l2, true);
                 printf("mma %s T=%lld B=%lld | cuda-core %dx%d %.2f |", sdi ? "bf16" : "f32", (long long)T, (long long)B,
@@ -287,12 +317,14 @@ int main(int argc, char **argv)
             tiles = true;
         else if (!strcmp(argv[i], "--mma"))
             mma = true;
+        else if (!strcmp(argv[i], "--kda"))
+            g_kind = GDN_GATE_KDA;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
             Ts = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
             Bs = parse_list(argv[++i]);
         else {
-            fprintf(stderr, "usage: decode_sweeps [--variants] [--pdl] [--regs] [--tiles] [--mma] [--T LIST] [--B LIST]\n");
+            fprintf(stderr, "usage: decode_sweeps [--variants] [--pdl] [--regs] [--tiles] [--mma] [--kda] [--T LIST] [--B LIST]\n");
             return 2;
         }
     }
@@ -301,7 +333,8 @@ int main(int argc, char **argv)
     const size_t l2 = (size_t)prop.l2CacheSize;
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, l2 / 1e6);
+    printf("device: %s, %d SMs, L2 %.0f MB; %s gates\n", prop.name, prop.multiProcessorCount, l2 / 1e6,
+           g_kind == GDN_GATE_KDA ? "KDA" : "GDN");
     const double copy = copy_gbps(stream, false);
     printf("copy ceiling: 1 GiB D2D %.0f GB/s with events\n", copy);
     if (variants)

@@ -6,7 +6,7 @@
 #define GDN_SM90_CHUNK_BWD_COMMON_CUH
 
 #include "sm90_chunk_common.cuh"
-#include "sm90_chunk_prep.cuh" /* G_FLOOR, LOG2E, prep_inverse, warp_cumsum_pairs */
+#include "sm90_chunk_prep.cuh" /* G_FLOOR, prep_inverse, warp_cumsum_pairs */
 #include "sm90_mma_tiles.cuh"
 
 namespace gdn_bwd {
@@ -76,7 +76,7 @@ __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
 
 /* exp(x) for x <= 0 (a decay between two tokens of a chunk) in one MUFU.EX2: relative error about
  * 2^-22, far below the 16-bit operands it meets. */
-__device__ __forceinline__ float decay(float x) { return gdn_chunk::fast_exp2(x * gdn_chunk::LOG2E); }
+__device__ __forceinline__ float decay(float x) { return fast_exp2(x * LOG2E); }
 
 __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv, int64_t slot)
 {

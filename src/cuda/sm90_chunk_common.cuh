@@ -133,14 +133,6 @@ struct ChunkParams {
     unsigned char *bwd_rec;
 };
 
-/* 2^x in one MUFU.EX2 (relative error ~2^-22); the callers keep x <= 0, or (kda_prep) x <= 96. */
-__device__ __forceinline__ float fast_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* Sequence n: batch row, first token, length, first workspace slot. */
 struct SeqInfo {
     int64_t row, bos, len, slot0;

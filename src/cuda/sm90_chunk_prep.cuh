@@ -100,8 +100,8 @@ __device__ __forceinline__ void inverse_blocks(const float *As, float *Ts, int i
 
 /* The masks of one head from the K K^T / Q K^T fragments in registers, warp w's rows 16 w + g and
  * + 8, column blocks 0 .. w: Pm (to the workspace, pm_out) and, WITH_A, the rows of A (to As).
- * Gam is scaled to log2 so each decay is one ex2. gh / bh: the head's Gam and beta. */
-constexpr float LOG2E = 1.4426950408889634f;
+ * Gam is scaled to log2 so each decay is one ex2 (LOG2E, cuda_gate.cuh). gh / bh: the head's Gam
+ * and beta. */
 
 /* This thread's two rows 16 warp + g + {0, 8}: the log decay in log2 units and, WITH_B, the
  * row factor beta * k-norm of A. */

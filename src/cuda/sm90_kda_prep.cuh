@@ -98,31 +98,6 @@ __device__ __forceinline__ void kda_stage_gates16(const E *base, int64_t off, in
     cp_async_commit();
 }
 
-/* kda_prep's gate: gate_log_decay_kda (cuda_gate.cuh) in log2 units (times LOG2E, as Gam is
- * kept) with the hardware approximations (ex2.approx.ftz, rcp.approx, lg2.approx: relative error
- * about 2^-21, absolute 2^-24 where softplus is tiny) and the constants folded per lane. kda_prep
- * evaluates the gate of every key of every token, where the accurate library calls cost as much as
- * the rest of the chunk preparation, and its bf16 products then round at 2^-9. Decode and the
- * gating op keep the accurate formula. */
-struct KdaGate {
-    float c2;         /* -exp(A_log) LOG2E */
-    float lb2;        /* lower_bound LOG2E (safe gate) */
-    float sp_beta, sp_threshold;
-};
-
-/* Safe gate: lower_bound sigmoid(exp(A_log) (a + dt_bias)), cb = c2 dt_bias. */
-__device__ __forceinline__ float kda_gate_safe_log2(float a, float cb, const KdaGate &k)
-{
-    return __fdividef(k.lb2, 1.0f + fast_exp2(fmaf(k.c2, a, cb)));
-}
-
-/* Softplus gate: -exp(A_log) softplus(a + dt_bias), vLLM's threshold. */
-__device__ __forceinline__ float kda_gate_softplus_log2(float a, float dt_bias, const KdaGate &k)
-{
-    const float x = a + dt_bias, bx = k.sp_beta * x;
-    return k.c2 * (bx > k.sp_threshold ? x : __fdividef(__logf(1.0f + __expf(bx)), k.sp_beta));
-}
-
 /* The gate formula over the raw inputs in Gs, row by row: warp w takes rows w, w + 4, ..., lane l
  * keys [l K / 32, (l + 1) K / 32). A warp reads its lanes' inputs of a row (f32 in place, or the
  * staged 16-bit values, E) before it writes any f32 of that row, and no other warp touches the
@@ -132,11 +107,7 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
 {
     constexpr int KPL = K / 32;
     const int lane = tid & 31, warp = tid >> 5, d0 = KPL * lane;
-    KdaGate kg;
-    kg.c2 = -expf(p.A_log[hv]) * LOG2E;
-    kg.lb2 = p.lower_bound * LOG2E;
-    kg.sp_beta = p.sp_beta;
-    kg.sp_threshold = p.sp_threshold;
+    const KdaGate kg = kda_gate_consts(p.A_log[hv], p.lower_bound, p.sp_beta, p.sp_threshold);
     float dtb[KPL];
 #pragma unroll
     for (int j = 0; j < KPL; ++j) {

@@ -155,14 +155,28 @@ __device__ __forceinline__ void stage_token(const RecurrentParams &p, Stage &st,
     if constexpr (KDA) {
         e = 1.0f;
         beta = gate_beta_value(p, in.gates);
-        /* exp of a log decay <= 0 is in [0, 1]: g = -inf gives 0 */
+        /* the fast gate form, in log2 units (KdaGate, as kda_prep computes it), one branch per
+         * token; 2^g2 of a log decay <= 0 is in [0, 1]: g = -inf gives 0 */
+        float g2[K / 32];
+        if (p.g) {
 #pragma unroll
-        for (int i = 0; i < K / 32; i++) {
-            const float g = p.g ? __uint_as_float(in.kg.x[i])
-                                : gate_log_decay_kda(bits_to_f32(in.kg.x[i], p.a_dtype), in.kg.dt[i], in.gates.alog,
-                                                     p.lower_bound, p.softplus_beta, p.softplus_threshold);
-            st.ek[j][lane + 32 * i] = expf(g);
+            for (int i = 0; i < K / 32; i++)
+                g2[i] = __uint_as_float(in.kg.x[i]) * LOG2E;
+        } else {
+            const KdaGate kg = kda_gate_consts(in.gates.alog, p.lower_bound, p.softplus_beta, p.softplus_threshold);
+            if (p.lower_bound < 0.0f) {
+#pragma unroll
+                for (int i = 0; i < K / 32; i++)
+                    g2[i] = kda_gate_safe_log2(bits_to_f32(in.kg.x[i], p.a_dtype), kg.c2 * in.kg.dt[i], kg);
+            } else {
+#pragma unroll
+                for (int i = 0; i < K / 32; i++)
+                    g2[i] = kda_gate_softplus_log2(bits_to_f32(in.kg.x[i], p.a_dtype), in.kg.dt[i], kg);
+            }
         }
+#pragma unroll
+        for (int i = 0; i < K / 32; i++)
+            st.ek[j][lane + 32 * i] = fast_exp2(g2[i]);
     } else {
         gate_values(p, in.gates, &e, &beta);
     }
