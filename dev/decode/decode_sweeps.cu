@@ -231,6 +231,14 @@ static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
     if (g_kind == GDN_GATE_KDA) {
+        constexpr bool HAS_WIDE = mma_has_wide<128, StateT, true>();
+        if (HAS_WIDE && rows > mma_tile_rows<128, StateT>()) { /* the wide instance */
+            CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, true, HAS_WIDE>()));
+            return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+                launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, true, HAS_WIDE>, st, grid, warps,
+                            mma_smem_bytes<128, StateT, true, HAS_WIDE>(), pdl, p, rows);
+            });
+        }
         CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, true>()));
         return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
             launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, true>, st, grid, warps,
@@ -262,8 +270,12 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                                         : time_tma<float>(stream, B, T, t.rows, t.warps, l2, true);
                 printf("mma %s T=%lld B=%lld | cuda-core %dx%d %.2f |", sdi ? "bf16" : "f32", (long long)T, (long long)B,
                        t.rows, t.warps, base);
-                for (int rows = 16; rows <= (sdi ? 128 : 64); rows *= 2) {
-                    const int warps = rows / MMA_ROWS < 4 ? rows / MMA_ROWS : 4;
+                const bool wide = !sdi && kda && mma_has_wide<128, float, true>(); /* both tiles */
+                const int max_rows = sdi ? mma_tile_rows<128, __nv_bfloat16>()
+                                         : wide ? mma_tile_rows<128, float, true>() : mma_tile_rows<128, float>();
+                const int max_warps = wide ? mma_max_warps<true>() : mma_max_warps<false>();
+                for (int rows = 16; rows <= max_rows; rows *= 2) {
+                    const int warps = rows / MMA_ROWS < max_warps ? rows / MMA_ROWS : max_warps;
                     const double us = sdi ? time_mma<__nv_bfloat16>(stream, B, T, rows, warps, l2, sms)
                                           : time_mma<float>(stream, B, T, rows, warps, l2, sms);
                     printf(" %dx%d %.2f", rows, warps, us);

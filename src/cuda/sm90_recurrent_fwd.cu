@@ -86,16 +86,37 @@ gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
                               tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL), 0);
 }
 
-/* The tensor-core path (multi-token calls). */
+/* Tokens per sequence of a call (varlen: on average). */
+inline int64_t tokens_per_sequence(const gdn_problem *p)
+{
+    return p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T;
+}
+
+/* The tensor-core path (multi-token calls) with its tile, wide or not. */
+template <int K, typename StateT, typename InT, bool KDA, bool WIDE>
+gdn_status launch_mma_tile(const RecurrentParams &prm, const gdn_problem *p)
+{
+    const gdn_status st = gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA, WIDE>(),
+                                         "gdn_recurrent_fwd: shared memory attributes");
+    if (st != GDN_OK)
+        return st;
+    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>, prm, p,
+                              mma_tile<K, StateT, WIDE>(p->N, p->HV, p->V), mma_smem_bytes<K, StateT, KDA, WIDE>());
+}
+
+/* KDA with an f32 state at K = 128 takes the wide tile for full chunks of 8 tokens, where its
+ * stage is largest (decode_sweeps --kda --mma: at T = 8 it beat 64-row tiles at every batch, at
+ * T = 4 it lost from 128 pairs on; dev/decode/README.md). */
+inline bool use_mma_wide(const gdn_problem *p) { return tokens_per_sequence(p) >= TOKEN_CHUNK; }
+
 template <int K, typename StateT, typename InT, bool KDA>
 gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
 {
-    const gdn_status st =
-        gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA>(), "gdn_recurrent_fwd: shared memory attributes");
-    if (st != GDN_OK)
-        return st;
-    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>, prm, p,
-                              mma_tile<K, StateT>(p->N, p->HV, p->V), mma_smem_bytes<K, StateT, KDA>());
+    if constexpr (mma_has_wide<K, StateT, KDA>()) {
+        if (use_mma_wide(p))
+            return launch_mma_tile<K, StateT, InT, KDA, true>(prm, p);
+    }
+    return launch_mma_tile<K, StateT, InT, KDA, false>(prm, p);
 }
 
 /* The tensor-core path takes calls of at least 8 tokens per sequence, at least 4 from 128
@@ -106,7 +127,7 @@ gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
  * (decode_sweeps --mma; dev/decode/README.md). */
 inline bool use_mma_path(const RecurrentParams &prm, const gdn_problem *p)
 {
-    const int64_t tokens = p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T; /* per sequence */
+    const int64_t tokens = tokens_per_sequence(p);
     const int64_t pairs = p->N * p->HV;
     const bool enough = tokens >= 8 || (tokens >= 4 && pairs >= 128) ||
                         (tokens >= 3 && p->state_dtype == GDN_DTYPE_BF16 && pairs >= 256);

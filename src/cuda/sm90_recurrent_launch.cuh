@@ -59,39 +59,42 @@ inline bool tma_use_pdl(int64_t ctas, int sms)
     return ctas <= 2 * (int64_t)sms || ctas > 6 * (int64_t)sms;
 }
 
-/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most 4). 4 warps
- * of 64 rows for f32 at every batch (the stage and the chunk's small products are paid per CTA, so
- * smaller tiles cost more); bf16 takes 128 rows (two passes per warp) from 1024 (sequence, head)
- * pairs on, 64 below. */
-template <int K, typename StateT> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
+/* Launch shape of the tensor-core path: rows per CTA and warps (one per 16 rows, at most
+ * mma_max_warps). 4 warps of 64 rows for f32 at every batch (the stage and the chunk's small
+ * products are paid per CTA, so smaller tiles cost more); bf16 takes 128 rows (two passes per
+ * warp) from 1024 (sequence, head) pairs on, 64 below; the wide instance 8 warps of 128 rows at
+ * every batch (it holds two CTAs per SM whatever their rows). */
+template <int K, typename StateT, bool WIDE = false> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
 {
-    int rows = tile_rows<K, StateT>();
-    if (N * HV < 1024 && rows > 64)
+    constexpr int MAX_WARPS = mma_max_warps<WIDE>();
+    int rows = mma_tile_rows<K, StateT, WIDE>();
+    if (!WIDE && N * HV < 1024 && rows > 64)
         rows = 64;
     const int64_t v_rounded = (V + MMA_ROWS - 1) / MMA_ROWS * MMA_ROWS;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    const int warps = rows / MMA_ROWS < 4 ? rows / MMA_ROWS : 4;
+    const int warps = rows / MMA_ROWS < MAX_WARPS ? rows / MMA_ROWS : MAX_WARPS;
     return TmaTile{rows, warps};
 }
 
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
  * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
  * instance. */
-template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t set_mma_kernel_attributes()
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false>
+cudaError_t set_mma_kernel_attributes()
 {
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
+    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT, KDA>());
+                                               (int)mma_smem_bytes<K, StateT, KDA, WIDE>());
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA>,
+    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>,
                                 cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <int K, typename StateT, typename InT, bool KDA = false> cudaError_t prepare_mma_kernel()
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false> cudaError_t prepare_mma_kernel()
 {
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA>();
+    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA, WIDE>();
     return err;
 }
 

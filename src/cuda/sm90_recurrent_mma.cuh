@@ -102,9 +102,30 @@ template <int K, int ROWS> struct is_kda_stage<MmaKdaStage<K, ROWS>> : std::true
 template <int K, int ROWS, bool KDA>
 using MmaStageOf = typename std::conditional<KDA, MmaKdaStage<K, ROWS>, MmaStage<K, ROWS>>::type;
 
-template <int K, typename StateT, bool KDA = false> __host__ __device__ constexpr size_t mma_smem_bytes()
+/* The path's tile: tile_rows() (32 KB of state, 4 warps). KDA with an f32 state at K = 128 has a
+ * wide instance as well (WIDE): 128 rows (64 KB), a whole value head at V = 128, and 8 warps.
+ * KDA's stage (the tokens, their decays per key and the chunk's dots) is the same for every row
+ * of a (sequence, value head), and 64-row tiles prepare it once per half; two wide CTAs per SM keep
+ * the 16 warps of four 64-row ones but overlap loads and compute in coarser steps, which pays
+ * where the stage is largest (the launcher's use_mma_wide). */
+template <int K, typename StateT, bool KDA> __host__ __device__ constexpr bool mma_has_wide()
 {
-    return (size_t)tile_rows<K, StateT>() * K * sizeof(StateT) + sizeof(MmaStageOf<K, tile_rows<K, StateT>(), KDA>);
+    return KDA && K == 128 && sizeof(StateT) == 4;
+}
+
+template <int K, typename StateT, bool WIDE = false> __host__ __device__ constexpr int mma_tile_rows()
+{
+    return WIDE ? 128 : tile_rows<K, StateT>();
+}
+
+/* Warps per CTA at most (one per 16-row strip of a pass). */
+template <bool WIDE = false> __host__ __device__ constexpr int mma_max_warps() { return WIDE ? 8 : 4; }
+
+template <int K, typename StateT, bool KDA = false, bool WIDE = false>
+__host__ __device__ constexpr size_t mma_smem_bytes()
+{
+    constexpr int ROWS = mma_tile_rows<K, StateT, WIDE>();
+    return (size_t)ROWS * K * sizeof(StateT) + sizeof(MmaStageOf<K, ROWS, KDA>);
 }
 
 template <int K, int ROWS>
@@ -506,24 +527,26 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 /* CTAs per SM the register budget is set for: at K = 128 five (at most 96 registers; shared
  * memory allows five as well, 43.5 KB f32 / 45.5 KB bf16), at K = 64 four (capped at 96 it
  * spilled up to 60 bytes). KDA at K = 128: four (its stage's decays and dots make about 54 KB of
- * shared memory, so four CTAs fit; capped at 96 registers an instance spills). */
-__host__ __device__ constexpr int mma_min_ctas(int K, bool kda = false)
+ * shared memory, so four CTAs fit; capped at 96 registers an instance spills); wide, two of
+ * 8 warps (about 86 KB each), at most 128 registers as well. */
+template <int K, bool KDA, bool WIDE> __host__ __device__ constexpr int mma_min_ctas()
 {
-    return K == 128 && !kda ? 5 : 4;
+    return WIDE ? 2 : K == 128 && !KDA ? 5 : 4;
 }
 
-/* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most tile_rows()) of
+/* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most mma_tile_rows()) of
  * one (sequence, value head); warps take strips of 16 rows in passes of blockDim / 2 rows. The
  * state tile, the slot lookup, the pass barriers and programmatic launch are those of
  * recurrent_fwd_tma_kernel. Per-step states are not written here (the launcher sends calls with
  * step_states or 2-D in-place pools to the CUDA-core paths). Dynamic shared memory:
- * mma_smem_bytes<K, StateT>(). */
-template <int K, typename StateT, typename InT, bool KDA = false>
-__global__ void __launch_bounds__(128, mma_min_ctas(K, KDA))
+ * mma_smem_bytes<K, StateT, KDA, WIDE>(). */
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false>
+__global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KDA, WIDE>())
     recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
-    constexpr int TILE_ROWS = tile_rows<K, StateT>();
+    static_assert(!WIDE || mma_has_wide<K, StateT, KDA>(), "the wide tile is KDA's, f32 state, K = 128");
+    constexpr int TILE_ROWS = mma_tile_rows<K, StateT, WIDE>();
     constexpr int MAX_PASSES = TILE_ROWS / MMA_ROWS;
     using Stage = MmaStageOf<K, TILE_ROWS, KDA>;
     static_assert(is_kda_stage<Stage>::value == KDA, "stage_token and the solve see the gate kind by the stage type");
