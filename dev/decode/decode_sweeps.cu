@@ -102,6 +102,16 @@ static void launch_rows(Kernel kernel, cudaStream_t st, dim3 grid, int warps, si
     CK(cudaLaunchKernelEx(&cfg, kernel, p, rows));
 }
 
+/* The fast path's largest tile, bf16 state when sdi: its static shared memory holds tile_rows()
+ * rows, half of them with KDA's stage at a bf16 state (a 128-row bf16 tile wrote past the
+ * shared memory of the KDA instance: memcheck, session 7 call 11). */
+static int tma_max_rows(int sdi)
+{
+    const bool kda = g_kind == GDN_GATE_KDA;
+    return sdi ? (kda ? tile_rows<128, __nv_bfloat16, true>() : tile_rows<128, __nv_bfloat16>())
+               : (kda ? tile_rows<128, float, true>() : tile_rows<128, float>());
+}
+
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
  * stream serialization (pdl) or plainly. */
 template <typename StateT>
@@ -208,7 +218,7 @@ static void run_tiles(cudaStream_t stream, size_t l2, double copy, const std::ve
                 printf("tiles %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
                 const int shapes[][2] = {{128, 4}, {64, 4}, {64, 2}, {32, 4}, {32, 2}, {16, 2}};
                 for (const auto &sh : shapes) {
-                    if (!sdi && sh[0] > 64)
+                    if (sh[0] > tma_max_rows(sdi))
                         continue;
                     const double us = sdi ? time_tma<__nv_bfloat16>(stream, B, T, sh[0], sh[1], l2, true)
                                           : time_tma<float>(stream, B, T, sh[0], sh[1], l2, true);
@@ -297,7 +307,7 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
             gdn_dtype sd = sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
             double bytes = call_bytes(B, T, sd);
             printf("variant %s T=%lld B=%lld |", sdi ? "bf16" : "f32", (long long)T, (long long)B);
-            const int max_rows = sdi ? 128 : 64;
+            const int max_rows = tma_max_rows(sdi);
             for (int rows = 16; rows <= max_rows; rows *= 2) {
                 for (int w : {1, 2, 4}) {
                     if (w * 8 > rows)
