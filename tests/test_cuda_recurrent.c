@@ -717,6 +717,41 @@ static int test_kda_tokens(void)
     return TU_PASS;
 }
 
+/* The wide tensor-core tile (KDA with an f32 state at K = 128, calls of at least 8 tokens per
+ * sequence): each gate option (precomputed, softplus, safe gate) at T = 8 and 19 (three chunks, the
+ * state kept in the tile between them), with and without an initial state; varlen sequences of 9
+ * tokens on average (an empty one among them); V = 64 (the wide instance launched at 64 rows and 4
+ * warps) and V = 256 (two CTAs per value head). */
+static int test_kda_wide(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9800;
+    for (int v = 0; v < 6; v++) {
+        opts o = base_opts();
+        o.T = v < 3 ? 8 : 19;
+        kda_gates(&o, v);
+        o.initial_state = v != 1;
+        run_case(&o, seed++);
+    }
+    static const int32_t long_lens[6] = {9, 0, 12, 8, 17, 8};
+    for (int v = 0; v < 3; v++) {
+        opts o = base_opts();
+        o.nseq = 6;
+        memcpy(o.seqlens, long_lens, sizeof long_lens);
+        kda_gates(&o, v);
+        run_case(&o, seed++);
+    }
+    for (int v = 0; v < 2; v++) {
+        opts o = base_opts();
+        o.T = 8;
+        o.V = v ? 256 : 64;
+        kda_gates(&o, v + 1);
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
 /* Norm, scale, initial state, beta dtype, input dtype and neg-eigval options, K = 256, varlen
  * calls with empty sequences and with T <= N. */
 static int test_kda_options(void)
@@ -895,6 +930,7 @@ int main(int argc, char **argv)
         {"gating", test_gating},
         {"kda_heads", test_kda_heads},
         {"kda_tokens", test_kda_tokens},
+        {"kda_wide", test_kda_wide},
         {"kda_options", test_kda_options},
         {"kda_extreme_gates", test_kda_extreme_gates},
         {"kda_many_pairs", test_kda_many_pairs},

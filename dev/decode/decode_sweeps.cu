@@ -140,6 +140,15 @@ static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int 
         hot);
 }
 
+/* The fast path's launcher tile (tma_tile of the gate kind's instance), bf16 state when sdi. */
+static TmaTile launcher_tma_tile(int sdi, int64_t B, int64_t T)
+{
+    const bool kda = g_kind == GDN_GATE_KDA;
+    return sdi ? (kda ? tma_tile<128, __nv_bfloat16, true>(B, HV, V, T, false)
+                      : tma_tile<128, __nv_bfloat16>(B, HV, V, T, false))
+               : (kda ? tma_tile<128, float, true>(B, HV, V, T, false) : tma_tile<128, float>(B, HV, V, T, false));
+}
+
 /* The fast path's launcher tile (sm90_recurrent_fwd.cu, launch_tma) with and without programmatic
  * dependent launch, for each T and B: hot / cold us and the CTAs of the grid. */
 static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &Ts, const std::vector<int64_t> &Bs)
@@ -148,8 +157,7 @@ static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
     for (int sdi = 0; sdi < 2; sdi++) {
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
-                const TmaTile tile = sdi ? tma_tile<128, __nv_bfloat16>(B, HV, V, T, false)
-                                         : tma_tile<128, float>(B, HV, V, T, false);
+                const TmaTile tile = launcher_tma_tile(sdi, B, T);
                 const int rows = tile.rows, warps = tile.warps;
                 double h0, c0, h1, c1;
                 c0 = sdi ? time_tma<__nv_bfloat16>(stream, B, T, rows, warps, l2, false, &h0)
@@ -272,10 +280,7 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
         for (int64_t T : Ts) {
             for (int64_t B : Bs) {
                 const bool kda = g_kind == GDN_GATE_KDA;
-                const TmaTile t = sdi ? (kda ? tma_tile<128, __nv_bfloat16, true>(B, HV, V, T, false)
-                                             : tma_tile<128, __nv_bfloat16>(B, HV, V, T, false))
-                                      : (kda ? tma_tile<128, float, true>(B, HV, V, T, false)
-                                             : tma_tile<128, float>(B, HV, V, T, false));
+                const TmaTile t = launcher_tma_tile(sdi, B, T);
                 const double base = sdi ? time_tma<__nv_bfloat16>(stream, B, T, t.rows, t.warps, l2, true)
                                         : time_tma<float>(stream, B, T, t.rows, t.warps, l2, true);
                 printf("mma %s T=%lld B=%lld | cuda-core %dx%d %.2f |", sdi ? "bf16" : "f32", (long long)T, (long long)B,
@@ -283,9 +288,8 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                 const bool wide = !sdi && kda && mma_has_wide<128, float, true>(); /* both tiles */
                 const int max_rows = sdi ? mma_tile_rows<128, __nv_bfloat16>()
                                          : wide ? mma_tile_rows<128, float, true>() : mma_tile_rows<128, float>();
-                const int max_warps = wide ? mma_max_warps<true>() : mma_max_warps<false>();
                 for (int rows = 16; rows <= max_rows; rows *= 2) {
-                    const int warps = rows / MMA_ROWS < max_warps ? rows / MMA_ROWS : max_warps;
+                    const int warps = rows > mma_tile_rows<128, float>() ? mma_warps<true>(rows) : mma_warps<false>(rows);
                     const double us = sdi ? time_mma<__nv_bfloat16>(stream, B, T, rows, warps, l2, sms)
                                           : time_mma<float>(stream, B, T, rows, warps, l2, sms);
                     printf(" %dx%d %.2f", rows, warps, us);

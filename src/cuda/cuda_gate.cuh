@@ -46,8 +46,9 @@ __device__ __forceinline__ float gate_log_decay_kda(float a, float dt_bias, floa
 
 constexpr float LOG2E = 1.4426950408889634f;
 
-/* 2^x in one MUFU.EX2 (relative error ~2^-22, results below 2^-126 flushed to 0); the callers keep
- * x <= 0, or (kda_prep) x <= 96. */
+/* 2^x in one MUFU.EX2 (relative error ~2^-22, results below 2^-126 flushed to 0). The chunk
+ * kernels keep x <= 0, or (kda_prep) x <= 96; the decode's KDA staging and the backward's decay
+ * pass log decays of the caller's gates, <= 0 by the gate contract (GDN_MATH.md). */
 __device__ __forceinline__ float fast_exp2(float x)
 {
     float y;

@@ -66,15 +66,13 @@ inline bool tma_use_pdl(int64_t ctas, int sms)
  * every batch (it holds two CTAs per SM whatever their rows). */
 template <int K, typename StateT, bool WIDE = false> TmaTile mma_tile(int64_t N, int64_t HV, int64_t V)
 {
-    constexpr int MAX_WARPS = mma_max_warps<WIDE>();
     int rows = mma_tile_rows<K, StateT, WIDE>();
     if (!WIDE && N * HV < 1024 && rows > 64)
         rows = 64;
     const int64_t v_rounded = (V + MMA_ROWS - 1) / MMA_ROWS * MMA_ROWS;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    const int warps = rows / MMA_ROWS < MAX_WARPS ? rows / MMA_ROWS : MAX_WARPS;
-    return TmaTile{rows, warps};
+    return TmaTile{rows, mma_warps<WIDE>(rows)};
 }
 
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest

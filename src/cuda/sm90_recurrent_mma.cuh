@@ -20,9 +20,10 @@
  * every chunk is computed as 8 tokens; longer calls run chunk after chunk, the state staying in
  * the tile between them (a bf16 state rounded there, as in the CUDA-core paths).
  *
- * Work per CTA (64 or 128 rows of one (sequence, value head), 4 warps): the state tile arrives by
- * bulk copies as in the CUDA-core fast path (recurrent_fwd_tma_kernel) while warps 1..3 stage the
- * tokens (see MmaStage); then each warp takes strips of 16 rows and runs, on mma.sync m16n8k8
+ * Work per CTA (64 or 128 rows of one (sequence, value head), 4 warps, or 8 in KDA's wide tile):
+ * the state tile arrives by bulk copies as in the CUDA-core fast path (recurrent_fwd_tma_kernel)
+ * while warps 1.. stage the tokens (see MmaStage); then each warp takes strips of 16 rows and runs,
+ * on mma.sync m16n8k8
  * TF32:
  *   1. [S0 k | S0 q] for its 16 rows (16 x 16, K deep), its A fragments read straight from the
  *      tile, and on its first strip of a chunk, on the same operands, the chunk's q_t . k_j and
@@ -113,13 +114,20 @@ template <int K, typename StateT, bool KDA> __host__ __device__ constexpr bool m
     return KDA && K == 128 && sizeof(StateT) == 4;
 }
 
+/* The tile's rows (the third parameter is WIDE, not KDA as in tile_rows: KDA's narrow tile is
+ * GDN's). */
 template <int K, typename StateT, bool WIDE = false> __host__ __device__ constexpr int mma_tile_rows()
 {
     return WIDE ? 128 : tile_rows<K, StateT>();
 }
 
-/* Warps per CTA at most (one per 16-row strip of a pass). */
+/* Warps per CTA at most (one per 16-row strip of a pass), and for a CTA of `rows` rows. */
 template <bool WIDE = false> __host__ __device__ constexpr int mma_max_warps() { return WIDE ? 8 : 4; }
+
+template <bool WIDE = false> __host__ __device__ constexpr int mma_warps(int rows)
+{
+    return rows / MMA_ROWS < mma_max_warps<WIDE>() ? rows / MMA_ROWS : mma_max_warps<WIDE>();
+}
 
 template <int K, typename StateT, bool KDA = false, bool WIDE = false>
 __host__ __device__ constexpr size_t mma_smem_bytes()
@@ -271,7 +279,8 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_pad_decays(MmaKda
  * place, q and k become Gam_t o q_t and Gam_t o k_t. Run by the whole CTA; read after the next
  * barrier. The dots: warp w sums rows t = r and 7 - r for r = w, w + nwarps, .. < 4 (9 (t, j)
  * pairs a row pair), each lane over keys lane, lane + 32, .., then over the warp; each row's sums
- * are final where they are written (no per-warp partials to add). */
+ * are final where they are written (no per-warp partials to add). In the wide tile's 8 warps,
+ * warps 4..7 skip the dots and half the threads the per-key loop. */
 template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st, int tc)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
