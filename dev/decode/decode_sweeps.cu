@@ -289,7 +289,8 @@ static void run_mma(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
                 const int max_rows = sdi ? mma_tile_rows<128, __nv_bfloat16>()
                                          : wide ? mma_tile_rows<128, float, true>() : mma_tile_rows<128, float>();
                 for (int rows = 16; rows <= max_rows; rows *= 2) {
-                    const int warps = rows > mma_tile_rows<128, float>() ? mma_warps<true>(rows) : mma_warps<false>(rows);
+                    const int warps = wide && rows > mma_tile_rows<128, float>() ? mma_warps<true>(rows)
+                                                                                 : mma_warps<false>(rows);
                     const double us = sdi ? time_mma<__nv_bfloat16>(stream, B, T, rows, warps, l2, sms)
                                           : time_mma<float>(stream, B, T, rows, warps, l2, sms);
                     printf(" %dx%d %.2f", rows, warps, us);
