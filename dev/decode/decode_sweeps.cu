@@ -113,31 +113,30 @@ static int tma_max_rows(int sdi)
 }
 
 /* The fast path with a tile of `rows` rows and `warps` warps per CTA, launched with programmatic
- * stream serialization (pdl) or plainly. */
-template <typename StateT>
-static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
-                       double *hot = NULL)
+ * stream serialization (pdl) or plainly: the instance of the gate kind (KDA). */
+template <typename StateT, bool KDA>
+static double time_tma_instance(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl,
+                                double *hot)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     constexpr int RPL = default_rows_per_lane<128, StateT>();
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
-    if (g_kind == GDN_GATE_KDA) {
-        CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, true>()));
-        return time_kernel(
-            stream, B, T, sd, l2,
-            [&](cudaStream_t st, const RecurrentParams &p) {
-                launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, true>, st, grid, warps, 0, pdl, p,
-                            rows);
-            },
-            hot);
-    }
-    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL>()));
+    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, KDA>()));
     return time_kernel(
         stream, B, T, sd, l2,
         [&](cudaStream_t st, const RecurrentParams &p) {
-            launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL>, st, grid, warps, 0, pdl, p, rows);
+            launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, KDA>, st, grid, warps, 0, pdl, p,
+                        rows);
         },
         hot);
+}
+
+template <typename StateT>
+static double time_tma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, bool pdl = false,
+                       double *hot = NULL)
+{
+    return g_kind == GDN_GATE_KDA ? time_tma_instance<StateT, true>(stream, B, T, rows, warps, l2, pdl, hot)
+                                  : time_tma_instance<StateT, false>(stream, B, T, rows, warps, l2, pdl, hot);
 }
 
 /* The fast path's launcher tile (tma_tile of the gate kind's instance), bf16 state when sdi. */
@@ -241,33 +240,30 @@ static void run_tiles(cudaStream_t stream, size_t l2, double copy, const std::ve
 }
 
 /* The tensor-core path with a tile of `rows` rows and `warps` warps per CTA (programmatic launch
- * by the launcher's rule, tma_use_pdl). */
-template <typename StateT>
-static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, int sms)
+ * by the launcher's rule, tma_use_pdl): the instance of the gate kind (KDA) and tile (WIDE). */
+template <typename StateT, bool KDA, bool WIDE>
+static double time_mma_instance(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, int sms)
 {
     gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
     const dim3 grid((unsigned)((V + rows - 1) / rows), (unsigned)HV, (unsigned)B);
     const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
-    if (g_kind == GDN_GATE_KDA) {
-        constexpr bool HAS_WIDE = mma_has_wide<128, StateT, true>();
-        if (HAS_WIDE && rows > mma_tile_rows<128, StateT>()) { /* the wide instance */
-            CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, true, HAS_WIDE>()));
-            return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-                launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, true, HAS_WIDE>, st, grid, warps,
-                            mma_smem_bytes<128, StateT, true, HAS_WIDE>(), pdl, p, rows);
-            });
-        }
-        CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, true>()));
-        return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-            launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, true>, st, grid, warps,
-                        mma_smem_bytes<128, StateT, true>(), pdl, p, rows);
-        });
-    }
-    CK((prepare_mma_kernel<128, StateT, __nv_bfloat16>()));
+    CK((prepare_mma_kernel<128, StateT, __nv_bfloat16, KDA, WIDE>()));
     return time_kernel(stream, B, T, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
-        launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16>, st, grid, warps, mma_smem_bytes<128, StateT>(),
-                    pdl, p, rows);
+        launch_rows(recurrent_fwd_mma_kernel<128, StateT, __nv_bfloat16, KDA, WIDE>, st, grid, warps,
+                    mma_smem_bytes<128, StateT, KDA, WIDE>(), pdl, p, rows);
     });
+}
+
+/* Rows past the narrow tile take KDA's wide instance (f32 state). */
+template <typename StateT>
+static double time_mma(cudaStream_t stream, int64_t B, int64_t T, int rows, int warps, size_t l2, int sms)
+{
+    constexpr bool HAS_WIDE = mma_has_wide<128, StateT, true>();
+    if (g_kind != GDN_GATE_KDA)
+        return time_mma_instance<StateT, false, false>(stream, B, T, rows, warps, l2, sms);
+    if (HAS_WIDE && rows > mma_tile_rows<128, StateT>())
+        return time_mma_instance<StateT, true, HAS_WIDE>(stream, B, T, rows, warps, l2, sms);
+    return time_mma_instance<StateT, true, false>(stream, B, T, rows, warps, l2, sms);
 }
 
 /* The tensor-core path's tiles (rows x warps) against the CUDA-core fast path's launcher tile for
