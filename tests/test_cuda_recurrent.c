@@ -285,6 +285,9 @@ static int test_extreme_gates(void)
     return TU_PASS;
 }
 
+/* Six packed sequences of 9 tokens on average (one empty): varlen calls on the tensor-core path. */
+static const int32_t MMA_VARLEN_LENS[6] = {9, 0, 12, 8, 17, 8};
+
 /* Packed sequences of unequal (and zero) length; larger batches. */
 static int test_varlen_and_batch(void)
 {
@@ -301,11 +304,10 @@ static int test_varlen_and_batch(void)
         o.steps = v % 3 == 1;
         run_case(&o, seed++);
     }
-    static const int32_t long_lens[6] = {9, 0, 12, 8, 17, 8}; /* 9 tokens on average: tensor cores */
     for (int v = 0; v < 2; v++) {
         opts o = base_opts();
         o.nseq = 6;
-        memcpy(o.seqlens, long_lens, sizeof long_lens);
+        memcpy(o.seqlens, MMA_VARLEN_LENS, sizeof MMA_VARLEN_LENS);
         o.state_dtype = v ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         o.initial_state = v == 0;
         run_case(&o, seed++);
@@ -734,11 +736,10 @@ static int test_kda_wide(void)
         o.initial_state = v != 1;
         run_case(&o, seed++);
     }
-    static const int32_t long_lens[6] = {9, 0, 12, 8, 17, 8};
     for (int v = 0; v < 3; v++) {
         opts o = base_opts();
         o.nseq = 6;
-        memcpy(o.seqlens, long_lens, sizeof long_lens);
+        memcpy(o.seqlens, MMA_VARLEN_LENS, sizeof MMA_VARLEN_LENS);
         kda_gates(&o, v);
         run_case(&o, seed++);
     }
