@@ -7,8 +7,8 @@
  * parts): 1836 B of workspace per token and value head at K = V = 128. Where the forward saved them
  * (gdn_chunk_fwd_args.saved_states, saved_bytes: 812 B per token and value head, the states written
  * by chunk_wg's output warpgroup, the records by chunk_prep), the backward reads the states and the
- * records from there: the workspace drops both (1024 B), bwd_prep does not run and bwd_chain runs
- * only its reverse role. Chunk slots follow the forward's map
+ * records from there: the workspace drops both (1024 B), and neither bwd_prep nor bwd_chain runs.
+ * Chunk slots follow the forward's map
  * (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device
  * only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
@@ -60,13 +60,18 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
         (st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
             GDN_OK)
         return st;
-    /* The forward role only where the forward did not save the states. */
-    const unsigned roles = prm.S_saved ? 1 : 2;
-    st = prm.chain_vs == 16 ? launch(bwd_chain_kernel<T, K, 16>, dim3((unsigned)(prm.N * prm.HV * (V / 16)), roles),
-                                     CHAIN_THREADS, ChainSmem<T, K, 16>::BYTES, stream, prm, "bwd_chain")
-                            : launch(bwd_chain_kernel<T, K, 32>, dim3((unsigned)(prm.N * prm.HV * (V / 32)), roles),
-                                     CHAIN_THREADS, ChainSmem<T, K, 32>::BYTES, stream, prm, "bwd_chain");
-    if (st != GDN_OK)
+    /* The forward chain only where the forward did not save the states; then the reverse chain. */
+    if (!prm.S_saved) {
+        const unsigned ctas = (unsigned)(prm.N * prm.HV * (V / prm.chain_vs));
+        st = prm.chain_vs == 16 ? launch(bwd_chain_kernel<T, K, 16>, dim3(ctas), CHAIN_THREADS, ChainSmem<T, K, 16>::BYTES,
+                                         stream, prm, "bwd_chain")
+                                : launch(bwd_chain_kernel<T, K, 32>, dim3(ctas), CHAIN_THREADS, ChainSmem<T, K, 32>::BYTES,
+                                         stream, prm, "bwd_chain");
+        if (st != GDN_OK)
+            return st;
+    }
+    if ((st = launch(bwd_rev_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / 64))), REV_THREADS,
+                     RevSmem<K>::BYTES, stream, prm, "bwd_rev")) != GDN_OK)
         return st;
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
                      GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) != GDN_OK)
@@ -168,9 +173,9 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.rec = p->saved_states ? static_cast<unsigned char *>(p->saved_states) + saved_rec_offset(p) : ws + w.rec;
     prm.S = p->saved_states ? p->saved_states : ws + w.S;
     prm.S_saved = p->saved_states != nullptr;
-    /* 16 value columns per chain CTA where 32 would leave more than half of the SMs idle (the
-     * chain's CTAs run one per SM): shorter steps on twice the CTAs. */
-    prm.chain_vs = p->N * p->HV * (p->V / 32) * (prm.S_saved ? 1 : 2) <= sm_count(p) / 2 ? 16 : 32;
+    /* The forward chain's value columns per CTA: 16 where 32 would leave more than half of the SMs
+     * idle (its CTAs run one per SM): shorter steps on twice the CTAs. */
+    prm.chain_vs = p->N * p->HV * (p->V / 32) <= sm_count(p) / 2 ? 16 : 32;
     prm.dS = ws + w.dS;
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
     if (p->HV == 0)

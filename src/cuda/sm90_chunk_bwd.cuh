@@ -1,7 +1,7 @@
 /*
- * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates), mma.sync on 16-bit tiles
- * (sm90_mma_tiles.cuh), f32 accumulators. Notation and equations: dev/backward/README.md, section
- * 1. Per chunk and value head, with Gam the chunk-local cumsum of the (floored) log decays,
+ * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates): mma.sync on 16-bit tiles
+ * (sm90_mma_tiles.cuh) and, in bwd_rev, wgmma; f32 accumulators. Notation and equations:
+ * dev/backward/README.md, section 1. Per chunk and value head, with Gam the chunk-local cumsum of the (floored) log decays,
  * gam = exp(Gam), gu = exp(Gam_C - Gam), rk / rq the norm factors and T = (I + A)^-1:
  *
  *   forward:   X = V - diag(ck) K S     Vn = T diag(beta) X     S' = gC S + K^T diag(cu) Vn
@@ -11,11 +11,11 @@
  * (ck = rk gam, cq = scale rq gam, cu = rk gu). The passes (one stream; no atomics, fixed orders):
  *   bwd_prep   per (chunk slot, value head): gates, cumsum, norms, K K^T, Q K^T, T (prep_inverse),
  *              Pm; the record (BwdRec) to the workspace.
- *   bwd_chain  per (sequence, value head, 16 or 32 value columns), in two roles of one grid: the
- *              forward chain stores S entering every chunk (as S^T; not where the forward saved
- *              them, gdn_chunk_fwd_args.saved_states); the reverse chain stores dS' leaving every
- *              chunk, writes dv and dh0. Both are independent given the records, so they run side
- *              by side.
+ *   bwd_chain  per (sequence, value head, 16 or 32 value columns): the forward chain stores S
+ *              entering every chunk (as S^T), where the forward did not save them
+ *              (gdn_chunk_fwd_args.saved_states).
+ *   bwd_rev    per (sequence, value head, 64 value rows), on wgmma: the reverse chain stores dS'
+ *              leaving every chunk, writes dv and dh0. It needs the records only, not S.
  *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn: everything
  *              else of the chunk from S, dS' and the record: dg or da, dbeta, the gate-parameter
  *              partials per value head; dq and dk summed over the group in registers, then
@@ -27,6 +27,7 @@
 
 #include "sm90_chunk_bwd_prep.cuh"
 #include "sm90_chunk_bwd_chain.cuh"
+#include "sm90_chunk_bwd_rev.cuh"
 #include "sm90_chunk_bwd_grad.cuh"
 
 #endif /* GDN_SM90_CHUNK_BWD_CUH */

@@ -1,5 +1,7 @@
 /*
- * sm90_chunk_bwd_chain.cuh - bwd_chain: the state chain and its reverse.
+ * sm90_chunk_bwd_chain.cuh - bwd_chain: the forward state chain, where the forward did not save the
+ * states (gdn_chunk_fwd_args.saved_states): S entering every chunk, as S^T, for bwd_grad. The
+ * reverse chain is bwd_rev (sm90_chunk_bwd_rev.cuh).
  */
 #ifndef GDN_SM90_CHUNK_BWD_CHAIN_CUH
 #define GDN_SM90_CHUNK_BWD_CHAIN_CUH
@@ -14,10 +16,10 @@ namespace gdn_bwd {
  * column. */
 template <typename T, int K, int VS> struct ChainSmem {
     static constexpr int LDK = Pitch<K>::LD, LD64 = Pitch<64>::LD, LDS = Pitch<VS>::LD;
-    /* Two stages (the next chunk's copies fly during this chunk's products) of Ks, Qs [C][LDK], Xs
-     * (v or dO columns) [C][LDS], Tm, Pm [C][LD64] and the rows; then W, U, O2 [C][LDS] and Sb [K][LDS]. */
-    static constexpr int STAGE = (2 * C * LDK + C * LDS + 2 * C * LD64) * 2 + R_COUNT * C * 4;
-    static constexpr int BYTES = 2 * STAGE + (3 * C * LDS + K * LDS) * 2;
+    /* Two stages (the next chunk's copies fly during this chunk's products) of Ks [C][LDK], Xs (v
+     * columns) [C][LDS], Tm [C][LD64] and the rows; then W, U [C][LDS] and Sb [K][LDS]. */
+    static constexpr int STAGE = (C * LDK + C * LDS + C * LD64) * 2 + R_COUNT * C * 4;
+    static constexpr int BYTES = 2 * STAGE + (2 * C * LDS + K * LDS) * 2;
 };
 
 __device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
@@ -32,7 +34,7 @@ constexpr int CHAIN_THREADS = 256;
  * 16 (w / 4) (K = 64). Two warps per scheduler hide each other's fixed latencies. With VS = 16
  * warps 4-7 sit out the 64-row products (and at K = 64 the state's). */
 template <typename T, int K, int VS>
-__global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParams p)
+__global__ void __launch_bounds__(CHAIN_THREADS, 1) bwd_chain_kernel(const BwdParams p)
 {
     using SM = ChainSmem<T, K, VS>;
     constexpr int LDK = SM::LDK, LD64 = SM::LD64, LDS = SM::LDS, NTH = CHAIN_THREADS;
@@ -47,7 +49,6 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
     const bool prod = VS == 32 || warp < 4, sw = K == 128 || VS == 32 || warp < 4;
     const int64_t vblocks = p.V / VS;
     const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
-    const bool rev = blockIdx.y == gridDim.y - 1; /* the reverse role alone where S is saved */
     const int v0 = (int)vb * VS;
     const int64_t h = hv / p.G;
     const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, n);
@@ -56,167 +57,81 @@ __global__ void __launch_bounds__(CHAIN_THREADS) bwd_chain_kernel(const BwdParam
 
     T *W = reinterpret_cast<T *>(smem + 2 * SM::STAGE);
     T *U = W + C * LDS;
-    T *O2 = U + C * LDS;
-    T *Sb = O2 + C * LDS;
-    /* Stage b's copies of the chunk of step `step` (none past the last). */
-    auto issue = [&](int64_t step, int b) {
-        if (step >= nc)
+    T *Sb = U + C * LDS;
+    /* Stage b's copies of chunk c (none past the last). */
+    auto issue = [&](int64_t c, int b) {
+        if (c >= nc)
             return;
-        const int64_t c = rev ? nc - 1 - step : step;
         const int cl = (int)gdn_chunk::min64(C, len - c * C);
         T *Ks = reinterpret_cast<T *>(smem + b * SM::STAGE);
-        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
+        T *Xs = Ks + C * LDK, *Tm = Xs + C * LDS;
         const unsigned char *rec = rec_of(p, hv, slot0 + c);
         load_tile<T, K, LDK, NTH>(Ks, p.k, row, bos + c * C, h, cl, 0, tid);
         if (tid < XTH)
-            load_tile<T, VS, LDS, XTH>(Xs, rev ? p.d_o : p.v, row, bos + c * C, hv, cl, v0, tid);
+            load_tile<T, VS, LDS, XTH>(Xs, p.v, row, bos + c * C, hv, cl, v0, tid);
         load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
-        if (rev) {
-            load_tile<T, K, LDK, NTH>(Qs, p.q, row, bos + c * C, h, cl, 0, tid);
-            load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
-        }
-        load_f32(reinterpret_cast<float *>(Pm + C * LD64), rec + REC_ROWS, R_COUNT * C, tid, NTH);
+        load_f32(reinterpret_cast<float *>(Tm + C * LD64), rec + REC_ROWS, R_COUNT * C, tid, NTH);
         gdn_sm90::cp_async_commit();
     };
     issue(0, 0);
 
-    /* The running state (or its gradient) block, f32 in registers. */
+    /* The running state block, f32 in registers. */
     float st[SNT][4];
-    const gdn_view &init = rev ? p.dht : p.h0;
 #pragma unroll
     for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
-            st[nt][e] = sw && init.data ? load_elem(init.data, p.state_dtype, state_off(init, n, hv, r, col)) : 0.f;
+            st[nt][e] = sw && p.h0.data ? load_elem(p.h0.data, p.state_dtype, state_off(p.h0, n, hv, r, col)) : 0.f;
         }
 
-    for (int64_t step = 0; step < nc; ++step) {
-        const int64_t c = rev ? nc - 1 - step : step;
+    for (int64_t c = 0; c < nc; ++c) {
         const int64_t slot = slot0 + c;
-        const int cl = (int)gdn_chunk::min64(C, len - c * C);
-        T *Ks = reinterpret_cast<T *>(smem + (step & 1) * SM::STAGE);
-        T *Qs = Ks + C * LDK, *Xs = Qs + C * LDK, *Tm = Xs + C * LDS, *Pm = Tm + C * LD64;
-        const float *rows = reinterpret_cast<const float *>(Pm + C * LD64);
-        /* The state (rounded to the operands' type) to Sb and to the workspace: S as S^T, dS' as
-         * it is and with its rounding error as a second tile (bwd_grad). */
-        T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + slot) * 2 * K * p.V + v0;
+        T *Ks = reinterpret_cast<T *>(smem + (c & 1) * SM::STAGE);
+        T *Xs = Ks + C * LDK, *Tm = Xs + C * LDS;
+        const float *rows = reinterpret_cast<const float *>(Tm + C * LD64);
+        /* S (rounded to the operands' type) to Sb, and as S^T to the workspace. */
         if (sw)
             store_acc<T, SNT, LDS>(Sb + sc, st, sr, lane, 1.f, 1.f);
-        if (rev && sw) {
-#pragma unroll
-            for (int nt = 0; nt < SNT; ++nt)
-#pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                    const int r = sr + g + 8 * hr, col = sc + 8 * nt + 2 * t;
-                    const float a0 = st[nt][2 * hr], a1 = st[nt][2 * hr + 1];
-                    const float2 hi = Mma16<T>::unpack(Mma16<T>::pack(a0, a1));
-                    *reinterpret_cast<uint32_t *>(dst + K * p.V + r * p.V + col) = Mma16<T>::pack(a0 - hi.x, a1 - hi.y);
-                }
-        }
-        gdn_sm90::cp_async_wait<0>(); /* this step's stage (the only copies in flight) */
+        gdn_sm90::cp_async_wait<0>(); /* this chunk's stage (the only copies in flight) */
         __syncthreads();
-        if (rev)
-            store_mat<K, VS, LDS>(dst, p.V, Sb, tid, NTH);
-        else
-            store_mat_t<K, VS, LDS>(static_cast<T *>(p.S) + (((size_t)hv * p.slots + slot) * p.V + v0) * K, Sb, tid, NTH);
-        if (!rev && step == nc - 1)
+        store_mat_t<K, VS, LDS>(static_cast<T *>(p.S) + (((size_t)hv * p.slots + slot) * p.V + v0) * K, Sb, tid, NTH);
+        if (c == nc - 1)
             break; /* the final state is not needed */
         /* The other stage was last read in the previous step, which ended with a barrier. */
-        issue(step + 1, (int)((step + 1) & 1));
+        issue(c + 1, (int)((c + 1) & 1));
         const int i0 = mr + g, i1 = i0 + 8;
         const float gC = rows[R_GC * C];
         float acc[2][4];
         zero_acc(acc);
-        /* Y = K S (forward) or Z = K dS' (reverse). */
-        if (prod)
-            warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane);
-        if (!rev) {
+        if (prod) {
+            warp_mm<T, 2, K, false, false, LDK, LDS>(acc, Ks, mr, Sb, nc0, lane); /* Y = K S */
             /* W = beta (V - ck Y) */
-            if (prod) {
 #pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
-                        acc[nt][e] = rows[R_BETA * C + i] *
-                                     (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
-                    }
-                store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
-            }
-            __syncthreads();
-            if (prod) {
-                zero_acc(acc);
-                warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
-                store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
-            }
-        } else {
-            /* dVn = cu Z + Pm^T dO */
-            if (prod) {
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    acc[nt][0] *= rows[R_CU * C + i0];
-                    acc[nt][1] *= rows[R_CU * C + i0];
-                    acc[nt][2] *= rows[R_CU * C + i1];
-                    acc[nt][3] *= rows[R_CU * C + i1];
-                }
-                warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Pm, mr, Xs, nc0, lane);
-                store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
-            }
-            /* O2 = cq dO, 8 columns a thread */
-            for (int idx = tid; idx < C * VS / 8; idx += NTH) {
-                const int i = idx / (VS / 8), c8 = (idx % (VS / 8)) * 8;
-                const float cq = rows[R_CQ * C + i];
-                uint4 w = *reinterpret_cast<const uint4 *>(Xs + i * LDS + c8);
-                uint32_t *x = reinterpret_cast<uint32_t *>(&w);
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float2 f = Mma16<T>::unpack(x[e]);
-                    x[e] = Mma16<T>::pack(cq * f.x, cq * f.y);
+                    const int i = e < 2 ? i0 : i1, col = nc0 + 8 * nt + 2 * t + (e & 1);
+                    acc[nt][e] = rows[R_BETA * C + i] * (gdn_to_f32(Xs[i * LDS + col]) - rows[R_CK * C + i] * acc[nt][e]);
                 }
-                *reinterpret_cast<uint4 *>(O2 + i * LDS + c8) = w;
-            }
-            __syncthreads();
-            if (prod) {
-                zero_acc(acc);
-                warp_mm<T, 2, C, true, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* dU = T^T dVn */
-                /* dv = dX = beta dU (live rows); U = -ck dX. */
-                const float b0 = rows[R_BETA * C + i0], b1 = rows[R_BETA * C + i1];
-                T *dv = static_cast<T *>(p.dv.data) + row * p.dv.s[0] + (bos + c * C) * p.dv.s[1] + hv * p.dv.s[2];
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = e < 2 ? i0 : i1, col = v0 + nc0 + 8 * nt + 2 * t + (e & 1);
-                        acc[nt][e] *= e < 2 ? b0 : b1;
-                        if (i < cl)
-                            dv[i * p.dv.s[1] + col * p.dv.s[3]] = gdn_from_f32<T>(acc[nt][e]);
-                    }
-                store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, -rows[R_CK * C + i0], -rows[R_CK * C + i1]);
-            }
+            store_acc<T, 2, LDS>(W + nc0, acc, mr, lane, 1.f, 1.f);
         }
-        /* S' = gC S + K^T U (U = cu Vn), or dS = gC dS' + Q^T O2 + K^T U (U = -ck dX, O2 = cq dO). */
+        __syncthreads();
+        if (prod) {
+            zero_acc(acc);
+            warp_mm<T, 2, C, false, false, LD64, LDS>(acc, Tm, mr, W, nc0, lane); /* Vn = T W */
+            store_acc<T, 2, LDS>(U + nc0, acc, mr, lane, rows[R_CU * C + i0], rows[R_CU * C + i1]);
+        }
+        /* S' = gC S + K^T U (U = cu Vn). */
         __syncthreads();
 #pragma unroll
         for (int nt = 0; nt < SNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 st[nt][e] *= gC;
-        if (sw) {
-            if (rev)
-                warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Qs, sr, O2, sc, lane);
+        if (sw)
             warp_mm<T, SNT, C, true, false, LDK, LDS>(st, Ks, sr, U, sc, lane);
-        }
         __syncthreads(); /* the tiles and Sb are rewritten next step */
-    }
-    if (rev && sw && p.dh0.data) {
-#pragma unroll
-        for (int nt = 0; nt < SNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = sr + g + 8 * (e >> 1), col = v0 + sc + 8 * nt + 2 * t + (e & 1);
-                store_elem(p.dh0.data, p.state_dtype, state_off(p.dh0, n, hv, r, col), st[nt][e]);
-            }
     }
 }
 

@@ -68,16 +68,6 @@ template <int K, bool PRE, bool KDA = false> struct WgSmem {
     static_assert(PM == TB + TILE_BYTES && COEF == TB + 2 * TILE_BYTES, "workspace image: Tb, Pm, coefficients");
 };
 
-/* The 8 accumulators of columns [16 j, 16 j + 16), pairwise rounded to T: the A fragment of
- * k-slice j of the next product, and the register order of stmatrix.x4. */
-template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)[32], int j, uint32_t (&a)[4])
-{
-    a[0] = Mma16<T>::pack(d[8 * j + 0], d[8 * j + 1]);
-    a[1] = Mma16<T>::pack(d[8 * j + 2], d[8 * j + 3]);
-    a[2] = Mma16<T>::pack(d[8 * j + 4], d[8 * j + 5]);
-    a[3] = Mma16<T>::pack(d[8 * j + 6], d[8 * j + 7]);
-}
-
 /* SERVE: the call has a state pool or checkpoints (ChunkParams::pool_idx, ckpt_every). Those calls
  * take their own instances, so that the per-chunk checkpoint test and the zeroing of skipped
  * sequences' outputs stay out of the plain kernels' loops.

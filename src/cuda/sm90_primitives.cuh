@@ -282,6 +282,16 @@ template <int ROW_CHUNKS> __device__ __forceinline__ int swz(int row, int col)
 __device__ __forceinline__ int acc_row(int t, int i) { return 16 * ((t & 127) >> 5) + ((t & 31) >> 2) + 8 * ((i >> 1) & 1); }
 __device__ __forceinline__ int acc_col(int t, int i) { return 8 * (i >> 2) + 2 * (t & 3) + (i & 1); }
 
+/* The 8 accumulators of columns [16 j, 16 j + 16), pairwise rounded to T: the A fragment of
+ * k-slice j of the next product, and the register order of stmatrix.x4. */
+template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)[32], int j, uint32_t (&a)[4])
+{
+    a[0] = Mma16<T>::pack(d[8 * j + 0], d[8 * j + 1]);
+    a[1] = Mma16<T>::pack(d[8 * j + 2], d[8 * j + 3]);
+    a[2] = Mma16<T>::pack(d[8 * j + 4], d[8 * j + 5]);
+    a[3] = Mma16<T>::pack(d[8 * j + 6], d[8 * j + 7]);
+}
+
 #define GDN_WGMMA_D32                                                                                              \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
