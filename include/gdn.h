@@ -264,7 +264,8 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
  * Storage: the backward needs the state entering every 64-token chunk and per chunk the matrices
  * T = (I + A)^-1 and Pm. The CUDA forward saves them where the caller gives it saved_states
  * (gdn_chunk_saved_states_size); the backward reads them from the same buffer, else recomputes
- * them. The CPU backward always recomputes: it keeps a
+ * them in two passes that run before its reverse chain (the fast path is the saved one). The CPU
+ * backward always recomputes: it keeps a
  * checkpoint of the state every 64 tokens of a sequence and recomputes the states inside each
  * 64-token chunk from its checkpoint while walking the tokens in reverse.
  *   CPU: the checkpoints are double: 8 * K * V / 64 bytes per token and value head of the
