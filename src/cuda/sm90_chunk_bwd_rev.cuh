@@ -223,10 +223,8 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
                     s[b][i] *= gc;
             float2 u0[4], u1[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                u0[j] = *reinterpret_cast<const float2 *>(rows + R_CU * C + 16 * j + 2 * (t & 3));
-                u1[j] = *reinterpret_cast<const float2 *>(rows + R_CU * C + 16 * j + 8 + 2 * (t & 3));
-            }
+            for (int j = 0; j < 4; ++j)
+                col_pairs(rows + R_CU * C, j, t, u0[j], u1[j]);
             const int pb = k & 1;
             mbar_wait(&p_ready[pb], (uint32_t)(k >> 1) & 1u); /* P^T and cq dO^T of this chunk */
             const float4 *pbuf = reinterpret_cast<const float4 *>(smem + L::PBUF + pb * C * C * 4);
@@ -263,10 +261,8 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
             float2 b0[4], b1[4], c0[4], c1[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                b0[j] = *reinterpret_cast<const float2 *>(rows + R_BETA * C + 16 * j + 2 * (t & 3));
-                b1[j] = *reinterpret_cast<const float2 *>(rows + R_BETA * C + 16 * j + 8 + 2 * (t & 3));
-                c0[j] = *reinterpret_cast<const float2 *>(rows + R_CK * C + 16 * j + 2 * (t & 3));
-                c1[j] = *reinterpret_cast<const float2 *>(rows + R_CK * C + 16 * j + 8 + 2 * (t & 3));
+                col_pairs(rows + R_BETA * C, j, t, b0[j], b1[j]);
+                col_pairs(rows + R_CK * C, j, t, c0[j], c1[j]);
             }
             wait<1>();
             acc_fence(du);
@@ -344,8 +340,8 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
         uint32_t a2[4][4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float2 q0 = *reinterpret_cast<const float2 *>(cq + 16 * j + 2 * (t & 3));
-            const float2 q1 = *reinterpret_cast<const float2 *>(cq + 16 * j + 8 + 2 * (t & 3));
+            float2 q0, q1;
+            col_pairs(cq, j, t, q0, q1);
             const float2 x0 = Mma16<T>::unpack(dof[j][0]), x1 = Mma16<T>::unpack(dof[j][1]);
             const float2 x2 = Mma16<T>::unpack(dof[j][2]), x3 = Mma16<T>::unpack(dof[j][3]);
             a2[j][0] = Mma16<T>::pack(q0.x * x0.x, q0.y * x0.y);

@@ -433,12 +433,10 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
                 ldsm_x4_t(vt[jt], st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
-                if constexpr (KDA) {
+                if constexpr (KDA)
                     c0[jt] = c1[jt] = make_float2(1.f, 1.f);
-                } else {
-                    c0[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 2 * (t & 3));
-                    c1[jt] = *reinterpret_cast<const float2 *>(ck + 16 * jt + 8 + 2 * (t & 3));
-                }
+                else
+                    col_pairs(ck, jt, t, c0[jt], c1[jt]);
             }
             wait<0>();
             acc_fence(y);
@@ -486,12 +484,10 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             float2 u0[4], u1[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                if constexpr (KDA) {
+                if constexpr (KDA)
                     u0[j] = u1[j] = make_float2(1.f, 1.f);
-                } else {
-                    u0[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 2 * (t & 3));
-                    u1[j] = *reinterpret_cast<const float2 *>(cu + 16 * j + 8 + 2 * (t & 3));
-                }
+                else
+                    col_pairs(cu, j, t, u0[j], u1[j]);
             }
             wait<0>();
             acc_fence(vn);

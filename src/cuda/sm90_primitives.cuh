@@ -292,6 +292,15 @@ template <typename T> __device__ __forceinline__ void pack_frag(const float (&d)
     a[3] = Mma16<T>::pack(d[8 * j + 6], d[8 * j + 7]);
 }
 
+/* Of a per-column vector v (a factor per token or key), the pairs that thread t's accumulators
+ * 8 j .. 8 j + 3 (lo: columns 16 j + 2 (t % 4) + {0, 1}) and 8 j + 4 .. 8 j + 7 (hi: 8 columns on)
+ * multiply; v 8-byte aligned. */
+__device__ __forceinline__ void col_pairs(const float *v, int j, int t, float2 &lo, float2 &hi)
+{
+    lo = *reinterpret_cast<const float2 *>(v + 16 * j + 2 * (t & 3));
+    hi = *reinterpret_cast<const float2 *>(v + 16 * j + 8 + 2 * (t & 3));
+}
+
 #define GDN_WGMMA_D32                                                                                              \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
