@@ -146,16 +146,6 @@ __device__ __forceinline__ void loads_done()
     gdn_sm90::cp_async_wait<0>();
 }
 
-/* The reverse: a [R][LD] tile to columns 0 .. W of a matrix with row pitch dst_cols. */
-template <int R, int W, int LD, typename T>
-__device__ __forceinline__ void store_mat(T *dst, int64_t dst_cols, const T *src, int tid, int nthr)
-{
-    for (int idx = tid; idx < R * W / 8; idx += nthr) {
-        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
-        *reinterpret_cast<uint4 *>(dst + r * dst_cols + c8) = *reinterpret_cast<const uint4 *>(src + r * LD + c8);
-    }
-}
-
 /* A [R][LD] tile transposed into a contiguous [W][R] matrix: a thread gathers 8 rows of one column
  * (a warp: 32 adjacent columns, conflict-free) into one 16-byte store. */
 template <int R, int W, int LD, typename T>

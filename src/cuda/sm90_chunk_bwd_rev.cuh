@@ -215,12 +215,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
             commit();
 
             /* Meanwhile: dS^T decays by gC; cu. */
-            const float gc = rows[R_GC * C];
-#pragma unroll
-            for (int b = 0; b < KB; ++b)
-#pragma unroll
-                for (int i = 0; i < 32; ++i)
-                    s[b][i] *= gc;
+            scale_acc(s, rows[R_GC * C]);
             float2 u0[4], u1[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j)

@@ -474,12 +474,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                         s[b][i + 1] *= gd.y;
                     }
             } else {
-                const float gc = cu[C];
-#pragma unroll
-                for (int b = 0; b < KB; ++b)
-#pragma unroll
-                    for (int i = 0; i < 32; ++i)
-                        s[b][i] *= gc;
+                scale_acc(s, cu[C]);
             }
             float2 u0[4], u1[4];
 #pragma unroll

@@ -301,6 +301,16 @@ __device__ __forceinline__ void col_pairs(const float *v, int j, int t, float2 &
     hi = *reinterpret_cast<const float2 *>(v + 16 * j + 8 + 2 * (t & 3));
 }
 
+/* Every accumulator of KB products (a state of KB boxes of 64 columns) times g. */
+template <int KB> __device__ __forceinline__ void scale_acc(float (&d)[KB][32], float g)
+{
+#pragma unroll
+    for (int b = 0; b < KB; ++b)
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+            d[b][i] *= g;
+}
+
 #define GDN_WGMMA_D32                                                                                              \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
