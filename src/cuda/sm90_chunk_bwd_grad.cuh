@@ -8,21 +8,63 @@
 
 namespace gdn_bwd {
 
+/* Elements (r, c), (r, c + 1) of a swizzled tile of `rows` rows (tile_off), c even. */
+template <typename T> __device__ __forceinline__ float2 ld_pair(const unsigned char *tile, int rows, int r, int c)
+{
+    return Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(tile + gdn_sm90::tile_off(rows, r, c)));
+}
+template <typename T> __device__ __forceinline__ void st_pair(unsigned char *tile, int rows, int r, int c, float a, float b)
+{
+    *reinterpret_cast<uint32_t *>(tile + gdn_sm90::tile_off(rows, r, c)) = Mma16<T>::pack(a, b);
+}
+
+/* A warp's accumulator (rows m0 + g, m0 + g + 8 scaled by s0, s1; columns c0 .. c0 + 8 NT) into a
+ * swizzled tile of C rows: 8 rows of one 16-byte chunk per instruction land in 8 bank groups. */
+template <typename T, int NT>
+__device__ __forceinline__ void store_acc_sw(unsigned char *tile, const float (&acc)[NT][4], int m0, int c0, int lane,
+                                             float s0, float s1)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        st_pair<T>(tile, C, m0 + g, c0 + 8 * nt + 2 * t, s0 * acc[nt][0], s0 * acc[nt][1]);
+        st_pair<T>(tile, C, m0 + g + 8, c0 + 8 * nt + 2 * t, s1 * acc[nt][2], s1 * acc[nt][3]);
+    }
+}
+
+/* acc (+)= A B on the warpgroup over KSTEPS k16 steps, both operands in shared memory at the
+ * addresses a and b: TA / TB = 1 for an MN-major operand, else K-major with RA / RB rows in its
+ * tile. Issues only: the caller fences, commits and waits. */
+template <typename T, int TA, int TB, int RA, int RB, int KSTEPS, int NT>
+__device__ __forceinline__ void wg_mm(float (&acc)[NT][4], uint32_t a, uint32_t b, bool add)
+{
+    using namespace gdn_sm90;
+    const uint64_t da = TA ? desc_mnmajor(a) : desc_kmajor(a), db = TB ? desc_mnmajor(b) : desc_kmajor(b);
+#pragma unroll
+    for (int j = 0; j < KSTEPS; ++j)
+        mma_ss_n<T, TA, TB, NT>(acc, desc_add(da, TA ? mnmajor_step(j) : kstep(RA, j)),
+                                desc_add(db, TB ? mnmajor_step(j) : kstep(RB, j)), add || j > 0);
+}
+
+/* The warpgroup's products in flight done, their accumulators readable. */
+template <int N> __device__ __forceinline__ void wg_wait() { gdn_sm90::commit(); gdn_sm90::wait<N>(); }
+
 /* dq or dk from its gradient in the normalised space (summed over the group): dx = r (dxn - xn
  * (xn . dxn)) with xn = r x (r = 1 without the L2 norm), on the warp's key columns cc .. cc + K / 2
- * of rows i0, i1; the row dots over both column halves meet in dotp ([2][C]), summed in a fixed
- * order. Every thread of the CTA calls it (one barrier). */
-template <typename T, int NKH, int LDK>
-__device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T *Xs, const float *r, float *dotp,
-                                              int half, int cc, int i0, int i1, int t, int cl, const gdn_view &dx,
-                                              int64_t row, int64_t t0, int64_t head, bool l2norm)
+ * of rows i0, i1 (x in the swizzled tile xs); the row dots over both column halves meet in dotp
+ * ([2][C]), summed in a fixed order. Every thread of the CTA calls it (one barrier). */
+template <typename T, int NKH>
+__device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const unsigned char *xs, const float *r,
+                                              float *dotp, int half, int cc, int i0, int i1, int t, int cl,
+                                              const gdn_view &dx, int64_t row, int64_t t0, int64_t head, bool l2norm)
 {
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NKH; ++nt) {
         const int d = cc + 8 * nt + 2 * t;
-        s0 += gdn_to_f32(Xs[i0 * LDK + d]) * gx[nt][0] + gdn_to_f32(Xs[i0 * LDK + d + 1]) * gx[nt][1];
-        s1 += gdn_to_f32(Xs[i1 * LDK + d]) * gx[nt][2] + gdn_to_f32(Xs[i1 * LDK + d + 1]) * gx[nt][3];
+        const float2 x0 = ld_pair<T>(xs, C, i0, d), x1 = ld_pair<T>(xs, C, i1, d);
+        s0 += x0.x * gx[nt][0] + x0.y * gx[nt][1];
+        s1 += x1.x * gx[nt][2] + x1.y * gx[nt][3];
     }
     s0 = row_sum4(s0);
     s1 = row_sum4(s1);
@@ -44,8 +86,9 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T
 #pragma unroll
         for (int nt = 0; nt < NKH; ++nt) {
             const int d = cc + 8 * nt + 2 * t;
-            const float a = ri * (gx[nt][2 * hr] - gdn_to_f32(Xs[i * LDK + d]) * pi);
-            const float b = ri * (gx[nt][2 * hr + 1] - gdn_to_f32(Xs[i * LDK + d + 1]) * pi);
+            const float2 xv = ld_pair<T>(xs, C, i, d);
+            const float a = ri * (gx[nt][2 * hr] - xv.x * pi);
+            const float b = ri * (gx[nt][2 * hr + 1] - xv.y * pi);
             T *dst = base + i * dx.s[1] + d * dx.s[3];
             if (dx.s[3] == 1 && ((uintptr_t)dst & 3) == 0) {
                 *reinterpret_cast<uint32_t *>(dst) = Mma16<T>::pack(a, b);
@@ -57,32 +100,39 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const T
     }
 }
 
+/* Byte offsets of the tiles, all swizzled (tile_off) and 1024-byte aligned: Q, K [C][K]; dO, Wb
+ * (v, then W, then dVn hi, then dU), Vn [C][V]; S^T [V][K]; dS' hi [K][V]; T, Pm [C][C]; then one
+ * region holding in turn dS' lo [K][V], dVn lo [C][V], then Eq, Ek, F1, F2 [C][C]. f32 after it:
+ * rows, column partials [4][C], row partials [2][3][C] (one set per column half), reduction [8],
+ * the L2-norm row dots of q and k [2][2][C]. */
 template <typename T, int K, int V> struct GradSmem {
-    static constexpr int LDK = Pitch<K>::LD, LDV = Pitch<V>::LD, LD64 = Pitch<64>::LD;
-    /* Qs, Ks [C][LDK]; dOs, Wb, Vnb [C][LDV]; Ss (S^T) [V][LDK], dSs [K][LDV]; Tm, Pm [C][LD64]; then one region
-     * holding in turn dS' lo [K][LDV], dVn lo [C][LDV], then Eq, Ek, F1, F2 [C][LD64]; f32: rows,
-     * column partials [4][C], row partials [2][3][C] (one set per column half), reduction [8], the
-     * L2-norm row dots of q and k [2][2][C]. */
-    static constexpr int LO = K * LDV > 4 * C * LD64 ? K * LDV : 4 * C * LD64;
-    static constexpr int HALF = 2 * C * LDK + 3 * C * LDV + V * LDK + K * LDV + 2 * C * LD64 + LO;
-    static constexpr int BYTES = HALF * 2 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4;
+    static constexpr int B = gdn_sm90::BOX_BYTES;
+    static constexpr int QS = 0, KS = QS + C * K * 2, DO = KS + C * K * 2, WB = DO + C * V * 2, VN = WB + C * V * 2;
+    static constexpr int SS = VN + C * V * 2, DS = SS + V * K * 2, TM = DS + K * V * 2, PM = TM + B, LO = PM + B;
+    static constexpr int EQ = LO, EK = LO + B, F1 = LO + 2 * B, F2 = LO + 3 * B;
+    static constexpr int F32 = LO + (K * V * 2 > 4 * B ? K * V * 2 : 4 * B);
+    static constexpr int BYTES = F32 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4 + 1024; /* + base alignment */
 };
 
 constexpr int GRAD_THREADS = 256;
 
-/* Eight warps: warp w owns rows 16 (w % 4) of every result and half of its columns (h = w / 4):
- * value columns h V / 2, key columns h K / 2, chunk columns 32 h. Two warps per scheduler hide
- * each other's latencies. Results that a later product contracts over (dU, Eq, Ek, F1, F2) go
- * through shared memory, whole, since each warp holds only half of their columns. One CTA per
- * (chunk slot, key head) walks the G value heads of the group: q and k are loaded once, and dq, dk
- * are summed in registers instead of through a workspace pass. */
+/* Two warpgroups: warpgroup h owns half of the columns of every result (value columns h V / 2, key
+ * columns h K / 2, chunk columns 32 h) over all 64 rows, and computes it with wgmma (m64n64 or
+ * m64n32, both operands in shared memory); warp w of a warpgroup holds rows 16 w .. 16 w + 15, in
+ * the fragment layout of mma.sync tiles. Results that a later product contracts over (W, Vn, dVn,
+ * dU, Eq, Ek, F1, F2) go through shared memory, whole, since each warpgroup holds only half of
+ * their columns. One CTA per (chunk slot, key head) walks the G value heads of the group: q and k
+ * are loaded once, and dq, dk are summed in registers instead of through a workspace pass. */
 template <typename T, int K, int V>
 __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdParams p)
 {
+    using namespace gdn_sm90;
     using SM = GradSmem<T, K, V>;
-    constexpr int LDK = SM::LDK, LDV = SM::LDV, LD64 = SM::LD64, NTH = GRAD_THREADS;
-    constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warp's column half */
-    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int NTH = GRAD_THREADS;
+    constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warpgroup's column half */
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(sm);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t h = blockIdx.x % p.H, slot = blockIdx.x / p.H;
     const Loc L = locate(p, slot);
@@ -91,18 +141,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             p.gpart[(h * p.G + j) * p.slots + slot] = make_float2(0.f, 0.f);
         return;
     }
-    T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + C * LDK;
-    T *dOs = Ks + C * LDK;
-    T *Wb = dOs + C * LDV; /* W, then dVn hi, then dU */
-    T *Vnb = Wb + C * LDV;
-    T *Ss = Vnb + C * LDV;
-    T *dSs = Ss + V * LDK;
-    T *Tm = dSs + K * LDV;
-    T *Pm = Tm + C * LD64;
-    T *Lo = Pm + C * LD64; /* dS' lo, then dVn lo, then Eq, Ek, F1, F2 */
-    T *Eq = Lo, *Ek = Lo + C * LD64, *F1 = Lo + 2 * C * LD64, *F2 = Lo + 3 * C * LD64;
-    float *rows = reinterpret_cast<float *>(Lo + SM::LO);
+    unsigned char *Qs = sm + SM::QS, *Ks = sm + SM::KS, *Wb = sm + SM::WB, *Lo = sm + SM::LO;
+    float *rows = reinterpret_cast<float *>(sm + SM::F32);
     float *colp = rows + R_COUNT * C; /* [4][C] */
     float *rres = colp + 4 * C;       /* [2][3][C]: dGam row terms, dbeta, S'-term of dGam_C */
     float *red = rres + 6 * C;
@@ -113,7 +153,14 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
     const int cv = half * (V / 2), ckc = half * (K / 2), cj = half * (C / 2);
     const float *ck = rows + R_CK * C, *cu = rows + R_CU * C, *gam = rows + R_GAM * C, *bet = rows + R_BETA * C;
     const float *rk = rows + R_RK * C, *rq = rows + R_RQ * C, *glog = rows + R_GLOG * C, *gu = rows + R_GU * C;
-    /* dq, dk in the normalised space, summed over the group's value heads (the warp's key columns). */
+    /* Operands by address: B of a column half (MN-major: the half's columns; K-major: its rows). */
+    const uint32_t aQ = sb + SM::QS, aK = sb + SM::KS, aDO = sb + SM::DO, aW = sb + SM::WB, aVN = sb + SM::VN;
+    const uint32_t aT = sb + SM::TM, aP = sb + SM::PM, aLO = sb + SM::LO;
+    const uint32_t bS_v = sb + SM::SS + cv * 128, bS_k = sb + SM::SS + tile_off(V, 0, ckc);
+    const uint32_t bDS_v = sb + SM::DS + tile_off(K, 0, cv), bLO_v = aLO + tile_off(K, 0, cv), bDS_k = sb + SM::DS + ckc * 128;
+    const uint32_t bW_v = aW + tile_off(C, 0, cv), bDO_v = aDO + tile_off(C, 0, cv), bDVL_v = aLO + tile_off(C, 0, cv);
+    const uint32_t bVN_j = aVN + cj * 128, bK_j = aK + cj * 128, bK_k = aK + tile_off(C, 0, ckc), bQ_k = aQ + tile_off(C, 0, ckc);
+    /* dq, dk in the normalised space, summed over the group's value heads (the warpgroup's key columns). */
     float dqs[NKH][4], dks[NKH][4];
     zero_acc(dqs);
     zero_acc(dks);
@@ -128,22 +175,23 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
          * tiles are still in flight (one CTA per SM: nothing else hides the copies): K (first head
          * only), S, v and the rows; T; dS' (hi, lo), Pm and dO; Q (first head only). */
         if (first)
-            load_tile<T, K, LDK, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-        load_mat<V, K, K, LDK>(Ss, static_cast<const T *>(p.S) + tile, 0, tid, NTH);
-        load_tile<T, V, LDV, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
+            load_boxes<T, K, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
+        load_mat_boxes<V, K>(sm + SM::SS, static_cast<const T *>(p.S) + tile, tid, NTH);
+        load_boxes<T, V, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
         load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
-        gdn_sm90::cp_async_commit();
-        load_mat<C, C, C, LD64>(Tm, reinterpret_cast<const T *>(rec), 0, tid, NTH);
-        gdn_sm90::cp_async_commit();
-        load_mat<K, V, V, LDV>(dSs, dS_ws, 0, tid, NTH);
-        load_mat<K, V, V, LDV>(Lo, dS_ws + K * V, 0, tid, NTH);
-        load_mat<C, C, C, LD64>(Pm, reinterpret_cast<const T *>(rec) + C * C, 0, tid, NTH);
-        load_tile<T, V, LDV, NTH>(dOs, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
-        gdn_sm90::cp_async_commit();
+        cp_async_commit();
+        load_mat_boxes<C, C>(sm + SM::TM, rec, tid, NTH);
+        cp_async_commit();
+        load_mat_boxes<K, V>(sm + SM::DS, dS_ws, tid, NTH);
+        load_mat_boxes<K, V>(Lo, dS_ws + K * V, tid, NTH);
+        load_mat_boxes<C, C>(sm + SM::PM, rec + C * C * sizeof(T), tid, NTH);
+        load_boxes<T, V, NTH>(sm + SM::DO, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+        cp_async_commit();
         if (first)
-            load_tile<T, K, LDK, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
-        gdn_sm90::cp_async_commit();
-        gdn_sm90::cp_async_wait<3>();
+            load_boxes<T, K, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+        cp_async_commit();
+        cp_async_wait<3>();
+        fence_proxy_async(); /* this thread's copies and stores, before any warpgroup's wgmma reads them */
         __syncthreads();
 
         const float gC = rows[R_GC * C];
@@ -151,30 +199,39 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
 
         /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
         float x[NVH][4];
-        zero_acc(x);
-        warp_mm<T, NVH, K, false, true, LDK, LDK>(x, Ks, m0, Ss, cv, lane);
+        fence();
+        wg_mm<T, 0, 0, C, V, K / 16>(x, aK, bS_v, false);
+        wg_wait<0>();
+        acc_fence(x);
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, col = cv + 8 * nt + 2 * t + (e & 1);
-                x[nt][e] = gdn_to_f32(Wb[i * LDV + col]) - ck[i] * x[nt][e];
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = hr ? i1 : i0;
+                const float2 vv = ld_pair<T>(Wb, C, i, cv + 8 * nt + 2 * t);
+                x[nt][2 * hr] = vv.x - ck[i] * x[nt][2 * hr];
+                x[nt][2 * hr + 1] = vv.y - ck[i] * x[nt][2 * hr + 1];
             }
-        __syncwarp();
-        store_acc<T, NVH, LDV>(Wb + cv, x, m0, lane, bet[i0], bet[i1]);
-        gdn_sm90::cp_async_wait<2>(); /* T */
+        store_acc_sw<T>(Wb, x, m0, cv, lane, bet[i0], bet[i1]);
+        cp_async_wait<2>(); /* T */
+        fence_proxy_async();
         __syncthreads();
         float acc[NVH][4];
-        zero_acc(acc);
-        warp_mm<T, NVH, C, false, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* Vn = T W */
-        store_acc<T, NVH, LDV>(Vnb + cv, acc, m0, lane, 1.f, 1.f);
-        gdn_sm90::cp_async_wait<1>(); /* dS', Pm, dO */
+        fence();
+        wg_mm<T, 0, 1, C, 0, C / 16>(acc, aT, bW_v, false); /* Vn = T W */
+        wg_wait<0>();
+        acc_fence(acc);
+        store_acc_sw<T>(sm + SM::VN, acc, m0, cv, lane, 1.f, 1.f);
+        cp_async_wait<1>(); /* dS', Pm, dO */
+        fence_proxy_async();
         __syncthreads();
         /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
          * otherwise dominate the error of dbeta (the two terms below cancel in part). */
-        zero_acc(acc);
-        warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, dSs, cv, lane); /* K dS' */
-        warp_mm<T, NVH, K, false, false, LDK, LDV>(acc, Ks, m0, Lo, cv, lane);
+        fence();
+        wg_mm<T, 0, 1, C, 0, K / 16>(acc, aK, bDS_v, false); /* K dS' */
+        wg_mm<T, 0, 1, C, 0, K / 16>(acc, aK, bLO_v, true);
+        wg_wait<0>();
+        acc_fence(acc);
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt) {
             acc[nt][0] *= cu[i0];
@@ -182,42 +239,54 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             acc[nt][2] *= cu[i1];
             acc[nt][3] *= cu[i1];
         }
-        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Pm, m0, dOs, cv, lane); /* dVn = cu K dS' + Pm^T dO */
-        store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
-        __syncthreads(); /* dS' lo read by all */
+        fence();
+        wg_mm<T, 1, 1, 0, 0, C / 16>(acc, aP, bDO_v, true); /* dVn = cu K dS' + Pm^T dO */
+        wg_wait<0>();
+        acc_fence(acc);
+        __syncthreads(); /* W and dS' lo read by both warpgroups */
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int r = m0 + g + 8 * hr, col = cv + 8 * nt + 2 * t;
-                const float2 hi = Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(Wb + r * LDV + col));
-                *reinterpret_cast<uint32_t *>(Lo + r * LDV + col) =
-                    Mma16<T>::pack(acc[nt][2 * hr] - hi.x, acc[nt][2 * hr + 1] - hi.y);
+                const uint32_t hi = Mma16<T>::pack(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+                const float2 hf = Mma16<T>::unpack(hi);
+                *reinterpret_cast<uint32_t *>(Wb + tile_off(C, r, col)) = hi;
+                st_pair<T>(Lo, C, r, col, acc[nt][2 * hr] - hf.x, acc[nt][2 * hr + 1] - hf.y);
             }
+        fence_proxy_async();
         __syncthreads();
-        zero_acc(acc);
-        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Wb, cv, lane); /* dU = T^T dVn */
-        warp_mm<T, NVH, C, true, false, LD64, LDV>(acc, Tm, m0, Lo, cv, lane);
+        fence();
+        wg_mm<T, 1, 1, 0, 0, C / 16>(acc, aT, bW_v, false); /* dU = T^T dVn */
+        wg_mm<T, 1, 1, 0, 0, C / 16>(acc, aT, bDVL_v, true);
+        wg_wait<0>();
+        acc_fence(acc);
         float db0 = 0.f, db1 = 0.f; /* dbeta: dU . X, then sum_j dA_ij B_ij */
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt) {
             db0 += acc[nt][0] * x[nt][0] + acc[nt][1] * x[nt][1];
             db1 += acc[nt][2] * x[nt][2] + acc[nt][3] * x[nt][3];
         }
-        __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by all before dU, Eq, Ek, F1, F2 take their place */
-        store_acc<T, NVH, LDV>(Wb + cv, acc, m0, lane, 1.f, 1.f);
-        gdn_sm90::cp_async_wait<0>(); /* Q */
+        __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by both before dU, Eq, Ek, F1, F2 take their place */
+        store_acc_sw<T>(Wb, acc, m0, cv, lane, 1.f, 1.f);
+        cp_async_wait<0>(); /* Q */
+        fence_proxy_async();
         __syncthreads();
 
-        /* The 64 x 64 terms on the warp's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
-         * dA = -(dU Vn^T) with K K^T (A's part). */
+        /* The 64 x 64 terms on the warpgroup's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
+         * dA = -(dU Vn^T) with K K^T (A's part); the second pair runs while the first's terms form. */
         float colc[NJH][2]; /* this thread's column shares of dGam (columns cj + 8 nt + 2 t + e) */
         {
-            float dp[NJH][4], qk[NJH][4];
-            zero_acc(dp);
-            zero_acc(qk);
-            warp_mm<T, NJH, V, false, true, LDV, LDV>(dp, dOs, m0, Vnb, cj, lane);
-            warp_mm<T, NJH, K, false, true, LDK, LDK>(qk, Qs, m0, Ks, cj, lane);
+            float dp[NJH][4], qk[NJH][4], da[NJH][4], kk[NJH][4];
+            fence();
+            wg_mm<T, 0, 0, C, C, V / 16>(dp, aDO, bVN_j, false);
+            wg_mm<T, 0, 0, C, C, K / 16>(qk, aQ, bK_j, false);
+            commit();
+            wg_mm<T, 0, 0, C, C, V / 16>(da, aW, bVN_j, false);
+            wg_mm<T, 0, 0, C, C, K / 16>(kk, aK, bK_j, false);
+            wg_wait<1>();
+            acc_fence(dp);
+            acc_fence(qk);
 #pragma unroll
             for (int nt = 0; nt < NJH; ++nt) {
                 colc[nt][0] = colc[nt][1] = 0.f;
@@ -236,15 +305,11 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                     dp[nt][e] = em * rq[i]; /* Ek */
                 }
             }
-            store_acc<T, NJH, LD64>(Eq + cj, qk, m0, lane, 1.f, 1.f);
-            store_acc<T, NJH, LD64>(Ek + cj, dp, m0, lane, 1.f, 1.f);
-        }
-        {
-            float da[NJH][4], kk[NJH][4];
-            zero_acc(da);
-            zero_acc(kk);
-            warp_mm<T, NJH, V, false, true, LDV, LDV>(da, Wb, m0, Vnb, cj, lane);
-            warp_mm<T, NJH, K, false, true, LDK, LDK>(kk, Ks, m0, Ks, cj, lane);
+            store_acc_sw<T>(sm + SM::EQ, qk, m0, cj, lane, 1.f, 1.f);
+            store_acc_sw<T>(sm + SM::EK, dp, m0, cj, lane, 1.f, 1.f);
+            wait<0>();
+            acc_fence(da);
+            acc_fence(kk);
 #pragma unroll
             for (int nt = 0; nt < NJH; ++nt)
 #pragma unroll
@@ -266,8 +331,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                     kk[nt][e] = f * rk[j];           /* F1 */
                     da[nt][e] = f * rk[i];           /* F2 */
                 }
-            store_acc<T, NJH, LD64>(F1 + cj, kk, m0, lane, 1.f, 1.f);
-            store_acc<T, NJH, LD64>(F2 + cj, da, m0, lane, 1.f, 1.f);
+            store_acc_sw<T>(sm + SM::F1, kk, m0, cj, lane, 1.f, 1.f);
+            store_acc_sw<T>(sm + SM::F2, da, m0, cj, lane, 1.f, 1.f);
         }
         /* Column shares: sum over the rows of the warp (lanes of equal t), then one row group per warp. */
 #pragma unroll
@@ -281,48 +346,51 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                 if (g == 0)
                     colp[rgrp * C + cj + 8 * nt + 2 * t + e] = v;
             }
-        __syncthreads(); /* Eq, Ek, F1, F2 whole */
 
-        /* dQn = scale gam (dO S^T) + Eq K, on the warp's key columns. */
+        /* dQn = scale gam (dO S^T) + Eq K and dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K
+         * + Ek^T Q, on the warpgroup's key columns. The products that need only the loaded tiles
+         * start before the barrier that publishes Eq, Ek, F1, F2. dGam takes Kn . dKn of the first
+         * two terms of dKn apart: the X term adds to dGam_i, the S' term subtracts from it and adds
+         * to dGam_C. */
+        float q1[NKH][4], k1[NKH][4], k2[NKH][4];
+        fence();
+        wg_mm<T, 0, 1, C, 0, V / 16>(q1, aDO, bS_k, false);
+        commit();
+        wg_mm<T, 0, 0, C, K, V / 16>(k1, aVN, bDS_k, false);
+        wg_mm<T, 0, 1, C, 0, V / 16>(k2, aW, bS_k, false);
+        commit();
+        fence_proxy_async();
+        __syncthreads(); /* Eq, Ek, F1, F2 whole */
+        wait<1>();
+        acc_fence(q1);
         {
-            float q1[NKH][4];
-            zero_acc(q1);
-            warp_mm<T, NKH, V, false, false, LDV, LDK>(q1, dOs, m0, Ss, ckc, lane);
             const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                rg0 += s0 * rq[i0] * (gdn_to_f32(Qs[i0 * LDK + d]) * q1[nt][0] + gdn_to_f32(Qs[i0 * LDK + d + 1]) * q1[nt][1]);
-                rg1 += s1 * rq[i1] * (gdn_to_f32(Qs[i1 * LDK + d]) * q1[nt][2] + gdn_to_f32(Qs[i1 * LDK + d + 1]) * q1[nt][3]);
+                const float2 qa = ld_pair<T>(Qs, C, i0, d), qb = ld_pair<T>(Qs, C, i1, d);
+                rg0 += s0 * rq[i0] * (qa.x * q1[nt][0] + qa.y * q1[nt][1]);
+                rg1 += s1 * rq[i1] * (qb.x * q1[nt][2] + qb.y * q1[nt][3]);
                 q1[nt][0] *= s0;
                 q1[nt][1] *= s0;
                 q1[nt][2] *= s1;
                 q1[nt][3] *= s1;
             }
-            warp_mm<T, NKH, C, false, false, LD64, LDK>(q1, Eq, m0, Ks, ckc, lane);
-#pragma unroll
-            for (int nt = 0; nt < NKH; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dqs[nt][e] += q1[nt][e];
         }
-        /* dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K + Ek^T Q. dGam takes Kn . dKn of the
-         * first two terms apart: the X term adds to dGam_i, the S' term subtracts from it and adds to
-         * dGam_C. */
+        fence();
+        wg_mm<T, 0, 1, C, 0, C / 16>(q1, sb + SM::EQ, bK_k, true);
+        commit();
+        wait<1>();
+        acc_fence(k1);
+        acc_fence(k2);
         float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
         {
-            float k1[NKH][4], k2[NKH][4];
-            zero_acc(k1);
-            zero_acc(k2);
-            warp_mm<T, NKH, V, false, true, LDV, LDV>(k1, Vnb, m0, dSs, ckc, lane);
-            warp_mm<T, NKH, V, false, false, LDV, LDK>(k2, Wb, m0, Ss, ckc, lane);
             const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
             float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                const float ka = gdn_to_f32(Ks[i0 * LDK + d]), kb = gdn_to_f32(Ks[i0 * LDK + d + 1]);
-                const float kc = gdn_to_f32(Ks[i1 * LDK + d]), kd = gdn_to_f32(Ks[i1 * LDK + d + 1]);
+                const float2 ka = ld_pair<T>(Ks, C, i0, d), kc = ld_pair<T>(Ks, C, i1, d);
                 k1[nt][0] *= gu[i0];
                 k1[nt][1] *= gu[i0];
                 k1[nt][2] *= gu[i1];
@@ -331,10 +399,10 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                 k2[nt][1] *= x0;
                 k2[nt][2] *= x1;
                 k2[nt][3] *= x1;
-                d10 += ka * k1[nt][0] + kb * k1[nt][1];
-                d11 += kc * k1[nt][2] + kd * k1[nt][3];
-                d20 += ka * k2[nt][0] + kb * k2[nt][1];
-                d21 += kc * k2[nt][2] + kd * k2[nt][3];
+                d10 += ka.x * k1[nt][0] + ka.y * k1[nt][1];
+                d11 += kc.x * k1[nt][2] + kc.y * k1[nt][3];
+                d20 += ka.x * k2[nt][0] + ka.y * k2[nt][1];
+                d21 += kc.x * k2[nt][2] + kc.y * k2[nt][3];
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     k1[nt][e] += k2[nt][e];
@@ -344,17 +412,14 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             rg1 += rk[i1] * (d21 - d11);
             gc0 += rk[i0] * d10;
             gc1 += rk[i1] * d11;
-            warp_mm<T, NKH, C, false, false, LD64, LDK>(k1, F1, m0, Ks, ckc, lane);
-            warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, F2, m0, Ks, ckc, lane);
-            warp_mm<T, NKH, C, true, false, LD64, LDK>(k1, Ek, m0, Qs, ckc, lane);
-#pragma unroll
-            for (int nt = 0; nt < NKH; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dks[nt][e] += k1[nt][e];
         }
+        fence();
+        wg_mm<T, 0, 1, C, 0, C / 16>(k1, sb + SM::F1, bK_k, true);
+        wg_mm<T, 1, 1, 0, 0, C / 16>(k1, sb + SM::F2, bK_k, true);
+        wg_mm<T, 1, 1, 0, 0, C / 16>(k1, sb + SM::EK, bQ_k, true);
+        commit();
         /* Row totals of the warp's columns (the four lanes of a row), then <dS', S> over the CTA in a
-         * fixed order. */
+         * fixed order, while the last products run. */
         rg0 = row_sum4(rg0);
         rg1 = row_sum4(rg1);
         db0 = row_sum4(db0);
@@ -375,12 +440,12 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         float dot = 0.f;
         for (int it = warp; it < (V / 8) * (K / 8) / 4; it += NTH / 32) {
             const int bi = 4 * it + (lane >> 3), vb = bi % (V / 8), db = bi / (V / 8), r = lane & 7;
-            uint32_t sa[4], sb[4];
-            gdn_sm90::ldsm_x4(sa, gdn_sm90::smem_u32(Ss + (vb * 8 + r) * LDK + db * 8));
-            gdn_sm90::ldsm_x4_t(sb, gdn_sm90::smem_u32(dSs + (db * 8 + r) * LDV + vb * 8));
+            uint32_t sa[4], sd[4];
+            ldsm_x4(sa, sb + SM::SS + tile_off(V, vb * 8 + r, db * 8));
+            ldsm_x4_t(sd, sb + SM::DS + tile_off(K, db * 8 + r, vb * 8));
 #pragma unroll
             for (int m = 0; m < 4; ++m) {
-                const float2 a = Mma16<T>::unpack(sa[m]), b = Mma16<T>::unpack(sb[m]);
+                const float2 a = Mma16<T>::unpack(sa[m]), b = Mma16<T>::unpack(sd[m]);
                 dot += a.x * b.x + a.y * b.y;
             }
         }
@@ -389,8 +454,17 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0)
             red[warp] = dot;
+        wait<0>();
+        acc_fence(q1);
+        acc_fence(k1);
+#pragma unroll
+        for (int nt = 0; nt < NKH; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                dqs[nt][e] += q1[nt][e];
+                dks[nt][e] += k1[nt][e];
+            }
         __syncthreads();
-
         /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
         if (warp == 0) {
             const float *r0 = rres, *r1 = rres + 3 * C;
@@ -453,11 +527,9 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         }
         __syncthreads(); /* every read of this head's tiles done before the next head's copies */
     } /* value heads of the group */
-    grad_l2_store<T, NKH, LDK>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
-    grad_l2_store<T, NKH, LDK>(dks, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
+    grad_l2_store<T, NKH>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
+    grad_l2_store<T, NKH>(dks, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
 }
-
-
 
 /* dA_log[hv], ddt_bias[hv]: the slots' partials in a fixed order (strided shares, then a fixed tree). */
 __global__ void __launch_bounds__(256) bwd_gate_kernel(const BwdParams p)

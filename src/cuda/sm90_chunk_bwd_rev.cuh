@@ -55,42 +55,6 @@ template <int K> struct RevSmem {
     static constexpr int BYTES = BARS + NBARS * 8 + 1024; /* + slack to align the base to 1024 */
 };
 
-/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into D / 64 swizzled boxes at dst (zeros past
- * cl), by NTHR threads: cp.async where every row is 16-byte aligned, element loads otherwise. */
-template <typename T, int D, int NTHR>
-__device__ __forceinline__ void load_boxes(unsigned char *dst, const gdn_view &x, int64_t row, int64_t t0,
-                                           int64_t head, int cl, int64_t d0, int pt)
-{
-    constexpr int CPR = D / 8, RSTEP = NTHR / CPR;
-    static_assert(NTHR % CPR == 0 && C % RSTEP == 0, "load_boxes: whole rows a pass");
-    const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
-    const int ch = pt % CPR, r0 = pt / CPR;
-    unsigned char *d = dst + (ch >> 3) * gdn_sm90::BOX_BYTES;
-    if (x.s[3] == 1 && ((uintptr_t)base & 15) == 0 && (x.s[1] & 7) == 0) {
-        const T *src = base + r0 * x.s[1] + ch * 8;
-        const int64_t step = (int64_t)RSTEP * x.s[1];
-#pragma unroll
-        for (int j = 0; j < C / RSTEP; ++j) {
-            const int r = r0 + j * RSTEP;
-            gdn_sm90::cp_async16(d + gdn_sm90::box_offset(r, (ch & 7) * 8), r < cl ? src + j * step : base,
-                                 r < cl ? 16 : 0);
-        }
-        return;
-    }
-    for (int j = 0; j < C / RSTEP; ++j) {
-        const int r = r0 + j * RSTEP;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (r < cl) {
-            T *e = reinterpret_cast<T *>(&w);
-            const T *src = base + r * x.s[1] + ch * 8 * x.s[3];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                e[i] = src[i * x.s[3]];
-        }
-        *reinterpret_cast<uint4 *>(d + gdn_sm90::box_offset(r, (ch & 7) * 8)) = w;
-    }
-}
-
 template <typename T, int K>
 __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams p)
 {

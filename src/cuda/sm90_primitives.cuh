@@ -36,6 +36,13 @@ __host__ __device__ __forceinline__ uint32_t box_offset(uint32_t r, uint32_t c)
     return r * 128u + ((((c >> 3) ^ r) & 7u) << 4) + ((c & 7u) << 1);
 }
 
+/* Byte offset of element (r, c) in a tile of `rows` rows stored as stripes of 64 columns, each
+ * `rows` x 128 bytes with the 128-byte swizzle (a 64-row tile: boxes side by side). */
+__host__ __device__ __forceinline__ uint32_t tile_off(uint32_t rows, uint32_t r, uint32_t c)
+{
+    return (c >> 6) * rows * 128u + box_offset(r, c & 63u);
+}
+
 /* Descriptor (PTX ISA "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading byte
  * offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, 128-byte swizzle (1) in 62-63. */
 __device__ __forceinline__ uint64_t desc_encode(uint32_t addr, uint32_t lbo, uint32_t sbo)
@@ -52,7 +59,10 @@ __device__ __forceinline__ uint64_t desc_encode(uint32_t addr, uint32_t lbo, uin
  * MN-major B of one box (rows K, 64 N contiguous): k16 step j is 16 rows, +2048 bytes. */
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) { return desc_encode(addr, 16, 1024); }
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr) { return desc_encode(addr, BOX_BYTES, 1024); }
-__host__ __device__ constexpr uint32_t kmajor_step(int j) { return (uint32_t)(j >> 2) * BOX_BYTES + (uint32_t)(j & 3) * 32u; }
+/* K-major tile of `rows` rows (stripes of 64 columns, each `rows` x 128 bytes, side by side): k16
+ * step j; kmajor_step is that of a 64-row tile (one box a stripe). */
+__host__ __device__ constexpr uint32_t kstep(int rows, int j) { return (uint32_t)(j >> 2) * (uint32_t)rows * 128u + (uint32_t)(j & 3) * 32u; }
+__host__ __device__ constexpr uint32_t kmajor_step(int j) { return kstep(64, j); }
 __host__ __device__ constexpr uint32_t mnmajor_step(int j) { return (uint32_t)j * 2048u; }
 __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
@@ -62,11 +72,17 @@ template <int N> __device__ __forceinline__ void wait() { asm volatile("wgmma.wa
 
 /* Compiler-only fence on accumulators: keeps ordinary reads and writes of them from moving across
  * the asynchronous wgmma (what otherwise makes ptxas serialize wgmma, warnings C7515 / C7511). */
-__device__ __forceinline__ void acc_fence(float (&d)[32])
+template <int N> __device__ __forceinline__ void acc_fence(float (&d)[N])
 {
 #pragma unroll
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int NT> __device__ __forceinline__ void acc_fence(float (&d)[NT][4])
+{
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        acc_fence(d[i]);
 }
 
 /* Shared-memory address (32-bit) of a generic pointer into shared memory. */
@@ -311,51 +327,73 @@ template <int KB> __device__ __forceinline__ void scale_acc(float (&d)[KB][32], 
             d[b][i] *= g;
 }
 
-#define GDN_WGMMA_D32                                                                                              \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),    \
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define GDN_WGMMA_REGS                                                                                             \
+#define GDN_WGMMA_ROW(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define GDN_WGMMA_D16 GDN_WGMMA_ROW(0), GDN_WGMMA_ROW(1), GDN_WGMMA_ROW(2), GDN_WGMMA_ROW(3)
+#define GDN_WGMMA_D32 GDN_WGMMA_D16, GDN_WGMMA_ROW(4), GDN_WGMMA_ROW(5), GDN_WGMMA_ROW(6), GDN_WGMMA_ROW(7)
+#define GDN_WGMMA_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define GDN_WGMMA_R32                                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
     "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+/* instr: shape and types; regs, dlist: the accumulators; a, b, sc, ta, tb: the operand numbers of
+ * A, B, scale_d and the two transpose flags. */
+#define GDN_WGMMA_SS(instr, regs, dlist, a, b, sc, ta, tb)                                                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " sc ", 0;\nwgmma.mma_async.sync.aligned." instr " " regs ", " a \
+                 ", " b ", p, 1, 1, " ta ", " tb ";\n}"                                                            \
+                 : dlist                                                                                           \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B))
 
-/* D[64 x 64] (+)= A[64 x 16] B[16 x 64], f32 accumulation; scale_d = 0 overwrites D.
- * TRANS_B = 0: B stored K-major ([N][K]); 1: MN-major ([K][N]). A in shared memory, K-major. */
+/* D[64 x 8 NT] (+)= A[64 x 16] B[16 x 8 NT], f32 accumulation, for NT = 4 (n32) or 8 (n64), with
+ * d[nt][e] accumulator 4 nt + e of the map above (the layout of NT m16n8 tiles of a warp's 16 rows);
+ * scale_d = 0 overwrites D. TRANS_A / TRANS_B = 0: the operand is stored K-major (A [M][K],
+ * B [N][K]); 1: MN-major ([K][M], [K][N]). Both operands in shared memory. */
+template <typename T, int TRANS_A, int TRANS_B, int NT>
+__device__ __forceinline__ void mma_ss_n(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b, int scale_d)
+{
+    static_assert(NT == 4 || NT == 8, "mma_ss_n: n32 or n64");
+    if constexpr (NT == 8) {
+        if constexpr (is_f16<T>::value)
+            GDN_WGMMA_SS("m64n64k16.f32.f16.f16", GDN_WGMMA_R32, GDN_WGMMA_D32, "%32", "%33", "%34", "%35", "%36");
+        else
+            GDN_WGMMA_SS("m64n64k16.f32.bf16.bf16", GDN_WGMMA_R32, GDN_WGMMA_D32, "%32", "%33", "%34", "%35", "%36");
+    } else {
+        if constexpr (is_f16<T>::value)
+            GDN_WGMMA_SS("m64n32k16.f32.f16.f16", GDN_WGMMA_R16, GDN_WGMMA_D16, "%16", "%17", "%18", "%19", "%20");
+        else
+            GDN_WGMMA_SS("m64n32k16.f32.bf16.bf16", GDN_WGMMA_R16, GDN_WGMMA_D16, "%16", "%17", "%18", "%19", "%20");
+    }
+}
+
+/* D[64 x 64] (+)= A[64 x 16] B[16 x 64] on d[i] = accumulator i, A K-major in shared memory. */
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d)
 {
-    if constexpr (is_f16<T>::value)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GDN_WGMMA_REGS ", %32, %33, p, 1, 1, 0, %35;\n}"
-                     : GDN_WGMMA_D32
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GDN_WGMMA_REGS ", %32, %33, p, 1, 1, 0, %35;\n}"
-                     : GDN_WGMMA_D32
-                     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    mma_ss_n<T, 0, TRANS_B, 8>(reinterpret_cast<float (&)[8][4]>(d), desc_a, desc_b, scale_d);
 }
 
 /* The same with A in registers (the fragment layout above). */
 template <typename T, int TRANS_B>
-__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d)
+__device__ __forceinline__ void mma_rs(float (&dd)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d)
 {
+    float(&d)[8][4] = reinterpret_cast<float (&)[8][4]>(dd);
     if constexpr (is_f16<T>::value)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GDN_WGMMA_REGS
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " GDN_WGMMA_R32
                      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
                      : GDN_WGMMA_D32
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
     else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GDN_WGMMA_REGS
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " GDN_WGMMA_R32
                      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
                      : GDN_WGMMA_D32
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
+#undef GDN_WGMMA_SS
+#undef GDN_WGMMA_ROW
+#undef GDN_WGMMA_D16
+#undef GDN_WGMMA_R16
+#undef GDN_WGMMA_R32
 #undef GDN_WGMMA_D32
-#undef GDN_WGMMA_REGS
 
 } /* namespace gdn_sm90 */
