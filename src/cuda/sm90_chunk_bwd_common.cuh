@@ -159,14 +159,19 @@ __device__ __forceinline__ void load_boxes(unsigned char *dst, const gdn_view &x
     }
 }
 
-/* A contiguous [R][W] 16-bit matrix into W / 64 swizzled stripes of R rows (tile_off), by nthr threads. */
-template <int R, int W>
-__device__ __forceinline__ void load_mat_boxes(unsigned char *dst, const void *src, int tid, int nthr)
+/* A contiguous [R][W] 16-bit matrix into W / 64 swizzled stripes of R rows (tile_off), by NTHR
+ * threads: a thread keeps one 16-byte column chunk and moves by a multiple of 8 rows, so its
+ * swizzled offset is computed once. */
+template <int R, int W, int NTHR>
+__device__ __forceinline__ void load_mat_boxes(unsigned char *dst, const void *src, int tid)
 {
-    for (int u = tid; u < R * W / 8; u += nthr) {
-        const int r = u / (W / 8), c = (u % (W / 8)) * 8;
-        gdn_sm90::cp_async16(dst + gdn_sm90::tile_off(R, r, c), static_cast<const unsigned char *>(src) + 16 * u, 16);
-    }
+    constexpr int CPR = W / 8, RSTEP = NTHR / CPR;
+    static_assert(NTHR % CPR == 0 && RSTEP % 8 == 0 && R % RSTEP == 0, "load_mat_boxes: whole 8-row groups a pass");
+    unsigned char *d = dst + gdn_sm90::tile_off(R, tid / CPR, (tid % CPR) * 8);
+    const unsigned char *s = static_cast<const unsigned char *>(src) + 16 * tid;
+#pragma unroll
+    for (int j = 0; j < R / RSTEP; ++j)
+        gdn_sm90::cp_async16(d + j * RSTEP * 128, s + j * NTHR * 16, 16);
 }
 
 /* Columns c0 .. c0 + W of a contiguous [R][SRC_COLS] 16-bit matrix into a [R][LD] tile. */

@@ -8,27 +8,40 @@
 
 namespace gdn_bwd {
 
-/* Elements (r, c), (r, c + 1) of a swizzled tile of `rows` rows (tile_off), c even. */
-template <typename T> __device__ __forceinline__ float2 ld_pair(const unsigned char *tile, int rows, int r, int c)
+/* Byte offset of (r, c) in a swizzled tile of C rows (tile_off) for a fragment element: r % 8 == g
+ * (the lane's row in its 8-row group), so the swizzle takes only the column and the row's part is
+ * shared by rows r and r + 8. */
+__device__ __forceinline__ uint32_t frag_off(int r, int c, int g)
 {
-    return Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(tile + gdn_sm90::tile_off(rows, r, c)));
-}
-template <typename T> __device__ __forceinline__ void st_pair(unsigned char *tile, int rows, int r, int c, float a, float b)
-{
-    *reinterpret_cast<uint32_t *>(tile + gdn_sm90::tile_off(rows, r, c)) = Mma16<T>::pack(a, b);
+    return (uint32_t)((c >> 6) * (C * 128) + r * 128 + ((((c >> 3) ^ g) & 7) << 4) + (c & 7) * 2);
 }
 
-/* A warp's accumulator (rows m0 + g, m0 + g + 8 scaled by s0, s1; columns c0 .. c0 + 8 NT) into a
- * swizzled tile of C rows: 8 rows of one 16-byte chunk per instruction land in 8 bank groups. */
+/* Elements (r, c), (r, c + 1) of a swizzled tile of C rows, r % 8 == g, c even. */
+template <typename T> __device__ __forceinline__ float2 ld_pair(const unsigned char *tile, int r, int c, int g)
+{
+    return Mma16<T>::unpack(*reinterpret_cast<const uint32_t *>(tile + frag_off(r, c, g)));
+}
+template <typename T> __device__ __forceinline__ void st_pair(unsigned char *tile, int r, int c, int g, float a, float b)
+{
+    *reinterpret_cast<uint32_t *>(tile + frag_off(r, c, g)) = Mma16<T>::pack(a, b);
+}
+
+/* A warp's accumulator (rows m0 .. m0 + 15, row m0 + g scaled by s0 and m0 + g + 8 by s1; columns
+ * c0 .. c0 + 8 NT) into a swizzled tile of C rows, 16 columns an stmatrix.x4 (the register order of
+ * pack_frag: matrix lane / 8 is rows + 8 (lane / 8 % 2), columns + 8 (lane / 16)). */
 template <typename T, int NT>
 __device__ __forceinline__ void store_acc_sw(unsigned char *tile, const float (&acc)[NT][4], int m0, int c0, int lane,
                                              float s0, float s1)
 {
-    const int g = lane >> 2, t = lane & 3;
+    const int mi = lane >> 3, r8 = lane & 7;
+    const uint32_t base = gdn_sm90::smem_u32(tile);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        st_pair<T>(tile, C, m0 + g, c0 + 8 * nt + 2 * t, s0 * acc[nt][0], s0 * acc[nt][1]);
-        st_pair<T>(tile, C, m0 + g + 8, c0 + 8 * nt + 2 * t, s1 * acc[nt][2], s1 * acc[nt][3]);
+    for (int j = 0; j < NT / 2; ++j) {
+        const uint32_t a[4] = {Mma16<T>::pack(s0 * acc[2 * j][0], s0 * acc[2 * j][1]),
+                               Mma16<T>::pack(s1 * acc[2 * j][2], s1 * acc[2 * j][3]),
+                               Mma16<T>::pack(s0 * acc[2 * j + 1][0], s0 * acc[2 * j + 1][1]),
+                               Mma16<T>::pack(s1 * acc[2 * j + 1][2], s1 * acc[2 * j + 1][3])};
+        gdn_sm90::stsm_x4(base + frag_off(m0 + 8 * (mi & 1) + r8, c0 + 16 * j + 8 * (mi >> 1), r8), a);
     }
 }
 
@@ -58,11 +71,12 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const u
                                               float *dotp, int half, int cc, int i0, int i1, int t, int cl,
                                               const gdn_view &dx, int64_t row, int64_t t0, int64_t head, bool l2norm)
 {
+    const int g = i0 & 7;
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NKH; ++nt) {
         const int d = cc + 8 * nt + 2 * t;
-        const float2 x0 = ld_pair<T>(xs, C, i0, d), x1 = ld_pair<T>(xs, C, i1, d);
+        const float2 x0 = ld_pair<T>(xs, i0, d, g), x1 = ld_pair<T>(xs, i1, d, g);
         s0 += x0.x * gx[nt][0] + x0.y * gx[nt][1];
         s1 += x1.x * gx[nt][2] + x1.y * gx[nt][3];
     }
@@ -86,7 +100,7 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const u
 #pragma unroll
         for (int nt = 0; nt < NKH; ++nt) {
             const int d = cc + 8 * nt + 2 * t;
-            const float2 xv = ld_pair<T>(xs, C, i, d);
+            const float2 xv = ld_pair<T>(xs, i, d, g);
             const float a = ri * (gx[nt][2 * hr] - xv.x * pi);
             const float b = ri * (gx[nt][2 * hr + 1] - xv.y * pi);
             T *dst = base + i * dx.s[1] + d * dx.s[3];
@@ -173,49 +187,51 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
         /* Four commit groups in the order of first use, so that the products start while the later
          * tiles are still in flight (one CTA per SM: nothing else hides the copies): K (first head
-         * only), S, v and the rows; T; dS' (hi, lo), Pm and dO; Q (first head only). */
+         * only) and S; v, the rows and T; dS' (hi, lo), Pm and dO; Q (first head only). */
         if (first)
             load_boxes<T, K, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-        load_mat_boxes<V, K>(sm + SM::SS, static_cast<const T *>(p.S) + tile, tid, NTH);
+        load_mat_boxes<V, K, NTH>(sm + SM::SS, static_cast<const T *>(p.S) + tile, tid);
+        cp_async_commit();
         load_boxes<T, V, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
         load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
+        load_mat_boxes<C, C, NTH>(sm + SM::TM, rec, tid);
         cp_async_commit();
-        load_mat_boxes<C, C>(sm + SM::TM, rec, tid, NTH);
-        cp_async_commit();
-        load_mat_boxes<K, V>(sm + SM::DS, dS_ws, tid, NTH);
-        load_mat_boxes<K, V>(Lo, dS_ws + K * V, tid, NTH);
-        load_mat_boxes<C, C>(sm + SM::PM, rec + C * C * sizeof(T), tid, NTH);
+        load_mat_boxes<K, V, NTH>(sm + SM::DS, dS_ws, tid);
+        load_mat_boxes<K, V, NTH>(Lo, dS_ws + K * V, tid);
+        load_mat_boxes<C, C, NTH>(sm + SM::PM, rec + C * C * sizeof(T), tid);
         load_boxes<T, V, NTH>(sm + SM::DO, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
         cp_async_commit();
         if (first)
             load_boxes<T, K, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
         cp_async_commit();
-        cp_async_wait<3>();
+        cp_async_wait<3>(); /* K, S */
         fence_proxy_async(); /* this thread's copies and stores, before any warpgroup's wgmma reads them */
         __syncthreads();
-
-        const float gC = rows[R_GC * C];
-        float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
 
         /* X = V - ck (K S), kept in registers; W = beta X in Wb (each thread its own elements). */
         float x[NVH][4];
         fence();
         wg_mm<T, 0, 0, C, V, K / 16>(x, aK, bS_v, false);
-        wg_wait<0>();
+        commit();
+        cp_async_wait<2>(); /* v, rows, T */
+        fence_proxy_async();
+        __syncthreads();
+        const float gC = rows[R_GC * C];
+        float rg0 = 0.f, rg1 = 0.f; /* this thread's share of dGam of rows i0, i1 */
+        wait<0>();
         acc_fence(x);
 #pragma unroll
         for (int nt = 0; nt < NVH; ++nt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int i = hr ? i1 : i0;
-                const float2 vv = ld_pair<T>(Wb, C, i, cv + 8 * nt + 2 * t);
+                const float2 vv = ld_pair<T>(Wb, i, cv + 8 * nt + 2 * t, g);
                 x[nt][2 * hr] = vv.x - ck[i] * x[nt][2 * hr];
                 x[nt][2 * hr + 1] = vv.y - ck[i] * x[nt][2 * hr + 1];
             }
         store_acc_sw<T>(Wb, x, m0, cv, lane, bet[i0], bet[i1]);
-        cp_async_wait<2>(); /* T */
         fence_proxy_async();
-        __syncthreads();
+        __syncthreads(); /* W whole */
         float acc[NVH][4];
         fence();
         wg_mm<T, 0, 1, C, 0, C / 16>(acc, aT, bW_v, false); /* Vn = T W */
@@ -251,8 +267,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                 const int r = m0 + g + 8 * hr, col = cv + 8 * nt + 2 * t;
                 const uint32_t hi = Mma16<T>::pack(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
                 const float2 hf = Mma16<T>::unpack(hi);
-                *reinterpret_cast<uint32_t *>(Wb + tile_off(C, r, col)) = hi;
-                st_pair<T>(Lo, C, r, col, acc[nt][2 * hr] - hf.x, acc[nt][2 * hr + 1] - hf.y);
+                *reinterpret_cast<uint32_t *>(Wb + frag_off(r, col, g)) = hi;
+                st_pair<T>(Lo, r, col, g, acc[nt][2 * hr] - hf.x, acc[nt][2 * hr + 1] - hf.y);
             }
         fence_proxy_async();
         __syncthreads();
@@ -351,7 +367,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
          * + Ek^T Q, on the warpgroup's key columns. The products that need only the loaded tiles
          * start before the barrier that publishes Eq, Ek, F1, F2. dGam takes Kn . dKn of the first
          * two terms of dKn apart: the X term adds to dGam_i, the S' term subtracts from it and adds
-         * to dGam_C. */
+         * to dGam_C. The products of Eq, Ek, F1, F2 accumulate straight into the group's sums. */
         float q1[NKH][4], k1[NKH][4], k2[NKH][4];
         fence();
         wg_mm<T, 0, 1, C, 0, V / 16>(q1, aDO, bS_k, false);
@@ -368,17 +384,17 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                const float2 qa = ld_pair<T>(Qs, C, i0, d), qb = ld_pair<T>(Qs, C, i1, d);
+                const float2 qa = ld_pair<T>(Qs, i0, d, g), qb = ld_pair<T>(Qs, i1, d, g);
                 rg0 += s0 * rq[i0] * (qa.x * q1[nt][0] + qa.y * q1[nt][1]);
                 rg1 += s1 * rq[i1] * (qb.x * q1[nt][2] + qb.y * q1[nt][3]);
-                q1[nt][0] *= s0;
-                q1[nt][1] *= s0;
-                q1[nt][2] *= s1;
-                q1[nt][3] *= s1;
+                dqs[nt][0] += s0 * q1[nt][0];
+                dqs[nt][1] += s0 * q1[nt][1];
+                dqs[nt][2] += s1 * q1[nt][2];
+                dqs[nt][3] += s1 * q1[nt][3];
             }
         }
         fence();
-        wg_mm<T, 0, 1, C, 0, C / 16>(q1, sb + SM::EQ, bK_k, true);
+        wg_mm<T, 0, 1, C, 0, C / 16>(dqs, sb + SM::EQ, bK_k, true);
         commit();
         wait<1>();
         acc_fence(k1);
@@ -390,7 +406,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
 #pragma unroll
             for (int nt = 0; nt < NKH; ++nt) {
                 const int d = ckc + 8 * nt + 2 * t;
-                const float2 ka = ld_pair<T>(Ks, C, i0, d), kc = ld_pair<T>(Ks, C, i1, d);
+                const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
                 k1[nt][0] *= gu[i0];
                 k1[nt][1] *= gu[i0];
                 k1[nt][2] *= gu[i1];
@@ -405,7 +421,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
                 d21 += kc.x * k2[nt][2] + kc.y * k2[nt][3];
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    k1[nt][e] += k2[nt][e];
+                    dks[nt][e] += k1[nt][e] + k2[nt][e];
             }
             /* Kn . dKn = rk K . dKn */
             rg0 += rk[i0] * (d20 - d10);
@@ -414,9 +430,9 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             gc1 += rk[i1] * d11;
         }
         fence();
-        wg_mm<T, 0, 1, C, 0, C / 16>(k1, sb + SM::F1, bK_k, true);
-        wg_mm<T, 1, 1, 0, 0, C / 16>(k1, sb + SM::F2, bK_k, true);
-        wg_mm<T, 1, 1, 0, 0, C / 16>(k1, sb + SM::EK, bQ_k, true);
+        wg_mm<T, 0, 1, C, 0, C / 16>(dks, sb + SM::F1, bK_k, true);
+        wg_mm<T, 1, 1, 0, 0, C / 16>(dks, sb + SM::F2, bK_k, true);
+        wg_mm<T, 1, 1, 0, 0, C / 16>(dks, sb + SM::EK, bQ_k, true);
         commit();
         /* Row totals of the warp's columns (the four lanes of a row), then <dS', S> over the CTA in a
          * fixed order, while the last products run. */
@@ -455,15 +471,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         if (lane == 0)
             red[warp] = dot;
         wait<0>();
-        acc_fence(q1);
-        acc_fence(k1);
-#pragma unroll
-        for (int nt = 0; nt < NKH; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                dqs[nt][e] += q1[nt][e];
-                dks[nt][e] += k1[nt][e];
-            }
+        acc_fence(dqs);
+        acc_fence(dks);
         __syncthreads();
         /* dGam per row, dg_t = sum over rows i >= t (warp 0, two rows a lane), the gate chain. */
         if (warp == 0) {
