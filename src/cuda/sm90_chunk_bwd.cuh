@@ -1,6 +1,6 @@
 /*
- * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates): mma.sync on 16-bit tiles
- * (sm90_mma_tiles.cuh) and, in bwd_rev, wgmma; f32 accumulators. Notation and equations:
+ * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates): wgmma in bwd_rev and
+ * bwd_grad, mma.sync on 16-bit tiles (sm90_mma_tiles.cuh) in bwd_prep and bwd_chain; f32 accumulators. Notation and equations:
  * dev/backward/README.md, section 1. Per chunk and value head, with Gam the chunk-local cumsum of the (floored) log decays,
  * gam = exp(Gam), gu = exp(Gam_C - Gam), rk / rq the norm factors and T = (I + A)^-1:
  *
@@ -16,7 +16,7 @@
  *              (gdn_chunk_fwd_args.saved_states).
  *   bwd_rev    per (sequence, value head, 64 value rows), on wgmma: the reverse chain stores dS'
  *              leaving every chunk, writes dv and dh0. It needs the records only, not S.
- *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn: everything
+ *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn, on wgmma: everything
  *              else of the chunk from S, dS' and the record: dg or da, dbeta, the gate-parameter
  *              partials per value head; dq and dk summed over the group in registers, then
  *              through the L2-norm backward to the outputs.
