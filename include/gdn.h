@@ -263,9 +263,9 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
  *
  * Storage: the backward needs the state entering every 64-token chunk and per chunk the matrices
  * T = (I + A)^-1 and Pm. The CUDA forward saves them where the caller gives it saved_states
- * (gdn_chunk_saved_states_size); the backward reads them from the same buffer, else recomputes
- * them in two passes that run before its reverse chain (the fast path is the saved one). The CPU
- * backward always recomputes: it keeps a
+ * (gdn_chunk_saved_states_size); the backward reads them from the same buffer, else runs that
+ * forward itself first, saving into its workspace (the same bits; the saved path skips that
+ * forward's time). The CPU backward always recomputes: it keeps a
  * checkpoint of the state every 64 tokens of a sequence and recomputes the states inside each
  * 64-token chunk from its checkpoint while walking the tokens in reverse.
  *   CPU: the checkpoints are double: 8 * K * V / 64 bytes per token and value head of the
@@ -275,10 +275,11 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
  *   thread count (gdn_set_num_threads). The call runs on as many threads as the workspace covers,
  *   one at least.
  *   CUDA (bf16 / f16 inputs, K and V of 64 or 128, f32 / bf16 states): per 64-token chunk and
- *   value head, the workspace holds a record (T, Pm and per-token factors: 19200 B; not with
- *   saved_states), the state entering the chunk (K V 16-bit values; not with saved_states) and the
- *   gradient of the state leaving it (2 K V: hi and lo parts): 1836 B per token and value head at
- *   K = V = 128, 1024 B with saved_states. No allocation, no host sync, graph-capturable; bitwise
+ *   value head, the workspace holds the gradient of the state leaving it (2 K V 16-bit values: hi
+ *   and lo parts), 1024 B per token and value head at K = V = 128; without saved_states also what
+ *   the forward would have saved (gdn_chunk_saved_states_size: 812 B per token and value head), a
+ *   scratch o (V 16-bit values per token and value head) and the forward's own workspace
+ *   (gdn_chunk_fwd_workspace_size). No allocation, no host sync, graph-capturable; bitwise
  *   repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k

@@ -760,8 +760,8 @@ static int test_cuda_grads(void)
         check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_F32);
     }
     {
-        /* Enough (sequence, value head) chains that bwd_chain takes 32 value columns a CTA (the
-         * cases above have few: 16 columns); bf16 states. */
+        /* Many (sequence, value head) chains, more CTAs of the chains than one wave when the
+         * forward runs without context parallelism; bf16 states. */
         bw_cfg c = base(9, 70, 2, 4, 947);
         c.K = c.V = 128;
         c.l2norm = 1;
@@ -777,7 +777,8 @@ static int test_cuda_grads(void)
     return TU_PASS;
 }
 
-/* The same CUDA call twice gives the same bits, the second captured in a CUDA graph and replayed. */
+/* The same CUDA call twice gives the same bits, the second captured in a CUDA graph and replayed;
+ * a call without saved states gives the bits of one reading them (it runs the same forward). */
 static int test_cuda_deterministic(void)
 {
     if (!need_gpu())
@@ -805,6 +806,7 @@ static int test_cuda_deterministic(void)
     tu_expect(run_bwd_cuda_mode(&k3, 0, 1) == GDN_OK && run_bwd_cuda_mode(&k4, 1, 1) == GDN_OK, "gdn_chunk_bwd: %s",
               gdn_last_error());
     expect_same_grads(&k3, &k4, "an eager and a graph-replayed CUDA call from saved states");
+    expect_same_grads(&k1, &k3, "a CUDA call recomputing the states and one reading the saved ones");
     call_free(&k1);
     call_free(&k2);
     call_free(&k3);

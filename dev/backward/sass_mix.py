@@ -4,7 +4,7 @@
 warp-state samples per opcode, as shares of the kernel's totals. Section 10 of README.md reads
 bwd_chain's this way (HMMA 6 % of its instructions, IMAD 21 %).
 
-    python3 dev/backward/sass_mix.py OUT/sass_bwd_chain.csv [N]
+    python3 dev/backward/sass_mix.py OUT/sass_bwd_grad.csv [N]
 """
 import collections
 import os

@@ -2,15 +2,16 @@
  * sm90_chunk_bwd.cu - gdn_chunk_bwd on CUDA (GDN gates): limits, workspace, launches of the
  * passes in sm90_chunk_bwd.cuh (which documents them).
  *
- * Storage: per (chunk slot, value head) the backward keeps a record (19200 B), the state entering
- * the chunk (K V 16-bit values, as S^T) and the gradient of the state leaving it (2 K V: hi and lo
- * parts): 1836 B of workspace per token and value head at K = V = 128. Where the forward saved them
- * (gdn_chunk_fwd_args.saved_states, saved_bytes: 812 B per token and value head, the states written
- * by chunk_wg's output warpgroup, the records by chunk_prep), the backward reads the states and the
- * records from there: the workspace drops both (1024 B), and neither bwd_prep nor bwd_chain runs.
- * Chunk slots follow the forward's map
- * (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read on the device
- * only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
+ * The backward reads the state entering every chunk (K V 16-bit values, as S^T) and the chunk's
+ * record (19200 B) from the forward's saved states (gdn_chunk_fwd_args.saved_states, saved_bytes:
+ * 812 B per token and value head at K = V = 128). Where the caller gives none, it runs that
+ * forward itself first (gdn_cuda_chunk_fwd with saving, into its own workspace, o to a scratch
+ * tile, no final state): the same kernels, so the same states and records, and the same
+ * gradients bit for bit. Its workspace holds the gradient of the state leaving every chunk (2 K V:
+ * hi and lo parts, 1024 B per token and value head at K = V = 128) and the gate partials; without
+ * saved states also the saved states, o and the forward's own workspace. Chunk slots follow the
+ * forward's map (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read
+ * on the device only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
  */
 #include "sm90_chunk_bwd.cuh"
 
@@ -19,18 +20,40 @@ namespace gdn_bwd {
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 struct WsPlan {
-    size_t rec, S, dS, gpart, bytes;
+    size_t saved, o, fwd, fwd_bytes; /* without saved states: the forward's outputs and workspace */
+    size_t dS, gpart, bytes;
 };
 
-/* Without saved states: the records, then the states entering the chunks ([HV][slots][V][K] in the
- * input type); with them, neither. */
+/* The forward that the backward runs where nothing was saved, writing into ws at the plan's
+ * offsets (ws may be NULL for the workspace query: only offsets and alignment matter there). */
+static gdn_problem forward_problem(const gdn_problem *p, unsigned char *ws, const WsPlan &w)
+{
+    gdn_problem f = *p;
+    const uintptr_t base = (uintptr_t)ws;
+    f.saved_states = reinterpret_cast<void *>(base + w.saved);
+    f.o.data = reinterpret_cast<void *>(base + w.o);
+    f.o.dtype = p->q.dtype;
+    f.o.s[3] = 1;
+    f.o.s[2] = p->V;
+    f.o.s[1] = p->HV * p->V;
+    f.o.s[0] = p->T * p->HV * p->V;
+    f.final_state = gdn_view{};
+    f.workspace = reinterpret_cast<void *>(base + w.fwd);
+    f.workspace_bytes = w.fwd_bytes;
+    return f;
+}
+
 static WsPlan plan_ws(const gdn_problem *p)
 {
     const size_t units = (size_t)slots_per_head(p) * (size_t)p->HV;
-    WsPlan w;
-    w.rec = 0;
-    w.S = w.rec + (p->saved_states ? 0 : align256(units * REC_BYTES));
-    w.dS = w.S + (p->saved_states ? 0 : align256(saved_tiles_bytes(p)));
+    WsPlan w = {};
+    if (!p->saved_states) {
+        w.o = align256(saved_bytes(p));
+        w.fwd = w.o + align256((size_t)(p->B * p->T * p->HV * p->V) * 2);
+        const gdn_problem f = forward_problem(p, nullptr, w);
+        w.fwd_bytes = gdn_cuda_chunk_fwd_workspace_size(&f);
+        w.dS = w.fwd + align256(w.fwd_bytes);
+    }
     w.gpart = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
     w.bytes = w.gpart + align256(units * sizeof(float2));
     return w;
@@ -54,22 +77,6 @@ template <typename T, int K, int V>
 static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
 {
     gdn_status st;
-    const unsigned units = (unsigned)(prm.slots * prm.HV);
-    /* The records: the forward's where it saved them. */
-    if (!prm.S_saved &&
-        (st = launch(bwd_prep_kernel<T, K>, dim3(units), 128, PrepBwdSmem<T, K>::BYTES, stream, prm, "bwd_prep")) !=
-            GDN_OK)
-        return st;
-    /* The forward chain only where the forward did not save the states; then the reverse chain. */
-    if (!prm.S_saved) {
-        const unsigned ctas = (unsigned)(prm.N * prm.HV * (V / prm.chain_vs));
-        st = prm.chain_vs == 16 ? launch(bwd_chain_kernel<T, K, 16>, dim3(ctas), CHAIN_THREADS, ChainSmem<T, K, 16>::BYTES,
-                                         stream, prm, "bwd_chain")
-                                : launch(bwd_chain_kernel<T, K, 32>, dim3(ctas), CHAIN_THREADS, ChainSmem<T, K, 32>::BYTES,
-                                         stream, prm, "bwd_chain");
-        if (st != GDN_OK)
-            return st;
-    }
     if ((st = launch(bwd_rev_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / 64))), REV_THREADS,
                      RevSmem<K>::BYTES, stream, prm, "bwd_rev")) != GDN_OK)
         return st;
@@ -105,7 +112,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd_check(const gdn_bwd_problem *bp)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "v: head dim V = %lld (CUDA backward: 64 or 128)", (long long)p->V);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 16) > INT32_MAX)
+    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 64) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA backward's grid",
                              (long long)p->T, (long long)p->HV);
     return GDN_OK;
@@ -157,7 +164,6 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.scale = p->scale;
     prm.l2norm = p->use_qk_l2norm;
     prm.state_dtype = p->state_dtype;
-    prm.h0 = p->state_in;
     prm.dht = bp->dht;
     prm.dh0 = bp->dh0;
     prm.dq = bp->dq;
@@ -170,12 +176,6 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.ddt_bias = bp->ddt_bias;
     const WsPlan w = plan_ws(p);
     unsigned char *ws = static_cast<unsigned char *>(p->workspace);
-    prm.rec = p->saved_states ? static_cast<unsigned char *>(p->saved_states) + saved_rec_offset(p) : ws + w.rec;
-    prm.S = p->saved_states ? p->saved_states : ws + w.S;
-    prm.S_saved = p->saved_states != nullptr;
-    /* The forward chain's value columns per CTA: 16 where 32 would leave more than half of the SMs
-     * idle (its CTAs run one per SM): shorter steps on twice the CTAs. */
-    prm.chain_vs = p->N * p->HV * (p->V / 32) <= sm_count(p) / 2 ? 16 : 32;
     prm.dS = ws + w.dS;
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
     if (p->HV == 0)
@@ -186,5 +186,16 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
         prm.slots = 0;
         return prm.a.data ? launch(bwd_gate_kernel, dim3((unsigned)prm.HV), 256, 0, stream, prm, "bwd_gate") : GDN_OK;
     }
+    /* The states and records: the caller's saved ones, or those of the forward run here. */
+    void *saved = p->saved_states;
+    if (!saved) {
+        const gdn_problem f = forward_problem(p, ws, w);
+        const gdn_status st = gdn_cuda_chunk_fwd(&f);
+        if (st != GDN_OK)
+            return st;
+        saved = f.saved_states;
+    }
+    prm.S = saved;
+    prm.rec = static_cast<unsigned char *>(saved) + saved_rec_offset(p);
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

@@ -1,19 +1,17 @@
 /*
- * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates): wgmma in bwd_rev and
- * bwd_grad, mma.sync on 16-bit tiles (sm90_mma_tiles.cuh) in bwd_prep and bwd_chain; f32 accumulators. Notation and equations:
- * dev/backward/README.md, section 1. Per chunk and value head, with Gam the chunk-local cumsum of the (floored) log decays,
- * gam = exp(Gam), gu = exp(Gam_C - Gam), rk / rq the norm factors and T = (I + A)^-1:
+ * sm90_chunk_bwd.cuh - the kernels of the chunked backward (GDN gates), on wgmma with f32
+ * accumulators. Notation and equations: dev/backward/README.md, section 1. Per chunk and value
+ * head, with Gam the chunk-local cumsum of the (floored) log decays, gam = exp(Gam),
+ * gu = exp(Gam_C - Gam), rk / rq the norm factors and T = (I + A)^-1:
  *
  *   forward:   X = V - diag(ck) K S     Vn = T diag(beta) X     S' = gC S + K^T diag(cu) Vn
  *   reverse:   dVn = Pm^T dO + diag(cu) K dS'     dU = T^T dVn     dX = diag(beta) dU (= dv)
  *              dS = gC dS' + Q^T diag(cq) dO - K^T diag(ck) dX
  *
- * (ck = rk gam, cq = scale rq gam, cu = rk gu). The passes (one stream; no atomics, fixed orders):
- *   bwd_prep   per (chunk slot, value head): gates, cumsum, norms, K K^T, Q K^T, T (prep_inverse),
- *              Pm; the record (BwdRec) to the workspace.
- *   bwd_chain  per (sequence, value head, 16 or 32 value columns): the forward chain stores S
- *              entering every chunk (as S^T), where the forward did not save them
- *              (gdn_chunk_fwd_args.saved_states).
+ * (ck = rk gam, cq = scale rq gam, cu = rk gu). The state S entering every chunk and the chunk's
+ * record (T, Pm, per-token factors: gdn_chunk::gdn_rec) are the forward's: chunk_wg and chunk_prep
+ * save them (gdn_chunk_fwd_args.saved_states), and where the caller did not, gdn_cuda_chunk_bwd
+ * runs that forward itself into its workspace first. Then (one stream; no atomics, fixed orders):
  *   bwd_rev    per (sequence, value head, 64 value rows), on wgmma: the reverse chain stores dS'
  *              leaving every chunk, writes dv and dh0. It needs the records only, not S.
  *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn, on wgmma: everything
@@ -25,8 +23,6 @@
 #ifndef GDN_SM90_CHUNK_BWD_CUH
 #define GDN_SM90_CHUNK_BWD_CUH
 
-#include "sm90_chunk_bwd_prep.cuh"
-#include "sm90_chunk_bwd_chain.cuh"
 #include "sm90_chunk_bwd_rev.cuh"
 #include "sm90_chunk_bwd_grad.cuh"
 

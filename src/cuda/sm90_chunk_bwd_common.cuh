@@ -6,19 +6,15 @@
 #define GDN_SM90_CHUNK_BWD_COMMON_CUH
 
 #include "sm90_chunk_common.cuh"
-#include "sm90_chunk_prep.cuh" /* G_FLOOR, prep_inverse, warp_cumsum_pairs */
-#include "sm90_mma_tiles.cuh"
+#include "sm90_primitives.cuh"
 
 namespace gdn_bwd {
 
-using namespace gdn_tiles;
 using gdn_chunk::C;
-using gdn_chunk::G_FLOOR;
 using gdn_chunk::saved_rec_offset;
-using gdn_chunk::saved_tiles_bytes;
 using gdn_chunk::saved_bytes;
 using gdn_chunk::slots_per_head;
-using gdn_chunk::sm_count;
+using gdn_sm90::Mma16;
 
 struct BwdParams {
     int64_t T, N, H, HV, G, V;
@@ -35,19 +31,24 @@ struct BwdParams {
     float scale;
     int l2norm;
     gdn_dtype state_dtype;
-    gdn_view h0, dht, dh0;    /* s = {n, hv, k, v}; may be absent */
+    gdn_view dht, dh0;        /* s = {n, hv, k, v}; may be absent */
     gdn_view dq, dk, dv;
     gdn_view dg, da, dbeta;
     gdn_view dA_log, ddt_bias;
-    /* Workspace, [HV][slots] of each. */
-    unsigned char *rec;       /* gdn_rec's record (the workspace's, or the forward's ChunkParams::bwd_rec) */
-    void *S;                  /* [V][K] 16-bit: the state entering the chunk, as S^T (the workspace,
-                               * or the forward's ChunkParams::states_out) */
-    void *dS;                 /* [2][K][V] 16-bit: the gradient of the state leaving it, as hi + lo */
-    float2 *gpart;            /* the chunk's sum of dg g and of da (dA_log, ddt_bias) */
-    int S_saved;              /* S and rec are the forward's: no bwd_prep, bwd_chain in its reverse role only */
-    int chain_vs;             /* bwd_chain's value columns per CTA: 16 or 32 */
+    unsigned char *rec;       /* [HV][slots] records (gdn_rec), saved by the forward's chunk_prep */
+    void *S;                  /* [HV][slots][V][K] 16-bit: the state entering each chunk, as S^T, saved
+                               * by the forward's chunk_wg */
+    void *dS;                 /* workspace, [HV][slots][2][K][V] 16-bit: the gradient of the state
+                               * leaving each chunk, as hi + lo */
+    float2 *gpart;            /* workspace, [HV][slots]: the chunk's sum of dg g and of da (dA_log,
+                               * ddt_bias) */
 };
+
+/* Element (key r, value col) of state n, head hv in a state view (s = {n, hv, k, v}). */
+__device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64_t hv, int r, int col)
+{
+    return n * s.s[0] + hv * s.s[1] + r * s.s[2] + col * s.s[3];
+}
 
 /* The record of one (chunk, value head): gdn_chunk::gdn_rec (sm90_chunk_common.cuh). */
 using namespace gdn_chunk::gdn_rec;
@@ -85,43 +86,8 @@ __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv,
 
 /* The loads below issue cp.async copies (16 bytes each) where the source allows, so that all of a
  * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.
- * Rows past cl are zero-filled; strided or misaligned rows are read element by element. */
-
-/* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into a [C][LD] tile (zeros past cl), by NTHR threads. */
-template <typename T, int D, int LD, int NTHR>
-__device__ __forceinline__ void load_tile(T *dst, const gdn_view &x, int64_t row, int64_t t0, int64_t head, int cl,
-                                          int d0, int tid)
-{
-    constexpr int CPR = D / 8, RSTEP = NTHR / CPR; /* 16-byte chunks a row; rows a pass */
-    static_assert(NTHR % CPR == 0 && C % RSTEP == 0, "load_tile: whole rows a pass");
-    const T *base = static_cast<const T *>(x.data) + row * x.s[0] + t0 * x.s[1] + head * x.s[2] + d0 * x.s[3];
-    if (x.s[3] == 1 && ((uintptr_t)base & 15) == 0 && (x.s[1] & 7) == 0) {
-        /* Every row 16-byte aligned: one cp.async a chunk, rows past cl zero-filled (src_bytes 0). */
-        const int r0 = tid / CPR, c8 = (tid % CPR) * 8;
-        const T *src = base + r0 * x.s[1] + c8;
-        const int64_t step = (int64_t)RSTEP * x.s[1];
-#pragma unroll
-        for (int j = 0; j < C / RSTEP; ++j) {
-            const int r = r0 + j * RSTEP;
-            gdn_sm90::cp_async16(dst + r * LD + c8, r < cl ? src + j * step : base, r < cl ? 16 : 0);
-        }
-        return;
-    }
-    for (int idx = tid; idx < C * CPR; idx += NTHR) {
-        const int r = idx / CPR, c8 = (idx % CPR) * 8;
-        T *d = dst + r * LD + c8;
-        const T *src = base + r * x.s[1] + c8 * x.s[3];
-        if (r >= cl) {
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0, 0, 0, 0);
-        } else if (x.s[3] == 1 && ((uintptr_t)src & 15) == 0) {
-            gdn_sm90::cp_async16(d, src, 16);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                d[j] = src[j * x.s[3]];
-        }
-    }
-}
+ * Rows past cl are zero-filled; strided or misaligned rows are read element by element. Tiles are
+ * swizzled (gdn_sm90::tile_off), as wgmma reads them. */
 
 /* Rows r < cl of x[row, t0 + r, head, d0 .. d0 + D) into D / 64 swizzled boxes at dst (zeros past
  * cl), by NTHR threads: cp.async where every row is 16-byte aligned, element loads otherwise. */
@@ -174,43 +140,11 @@ __device__ __forceinline__ void load_mat_boxes(unsigned char *dst, const void *s
         gdn_sm90::cp_async16(d + j * RSTEP * 128, s + j * NTHR * 16, 16);
 }
 
-/* Columns c0 .. c0 + W of a contiguous [R][SRC_COLS] 16-bit matrix into a [R][LD] tile. */
-template <int R, int W, int SRC_COLS, int LD, typename T>
-__device__ __forceinline__ void load_mat(T *dst, const T *src, int c0, int tid, int nthr)
-{
-    for (int idx = tid; idx < R * W / 8; idx += nthr) {
-        const int r = idx / (W / 8), c8 = (idx % (W / 8)) * 8;
-        gdn_sm90::cp_async16(dst + r * LD + c8, src + r * SRC_COLS + c0 + c8, 16);
-    }
-}
-
 /* n floats (a multiple of 4, 16-byte aligned at both ends). */
 __device__ __forceinline__ void load_f32(float *dst, const void *src, int n, int tid, int nthr)
 {
     for (int idx = tid; idx < n / 4; idx += nthr)
         gdn_sm90::cp_async16(dst + 4 * idx, static_cast<const float *>(src) + 4 * idx, 16);
-}
-
-__device__ __forceinline__ void loads_done()
-{
-    gdn_sm90::cp_async_commit();
-    gdn_sm90::cp_async_wait<0>();
-}
-
-/* A [R][LD] tile transposed into a contiguous [W][R] matrix: a thread gathers 8 rows of one column
- * (a warp: 32 adjacent columns, conflict-free) into one 16-byte store. */
-template <int R, int W, int LD, typename T>
-__device__ __forceinline__ void store_mat_t(T *dst, const T *src, int tid, int nthr)
-{
-    for (int idx = tid; idx < R * W / 8; idx += nthr) {
-        const int col = idx % W, r8 = (idx / W) * 8;
-        uint4 x;
-        T *e = reinterpret_cast<T *>(&x);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            e[j] = src[(r8 + j) * LD + col];
-        *reinterpret_cast<uint4 *>(dst + col * R + r8) = x;
-    }
 }
 
 } /* namespace gdn_bwd */

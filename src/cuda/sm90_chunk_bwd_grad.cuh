@@ -8,6 +8,20 @@
 
 namespace gdn_bwd {
 
+template <int NT> __device__ __forceinline__ void zero_acc(float (&acc)[NT][4])
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+}
+
+/* Sums a value over the four lanes of a fragment row (t = 0 .. 3): the row's full total in each. */
+__device__ __forceinline__ float row_sum4(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 /* Byte offset of (r, c) in a swizzled tile of C rows (tile_off) for a fragment element: r % 8 == g
  * (the lane's row in its 8-row group), so the swizzle takes only the column and the row's part is
  * shared by rows r and r + 8. */

@@ -52,8 +52,8 @@ template <int K> struct KdaRec {
     static_assert(COPIES <= WS_COPIES, "KDA record: chunk_wg's copy map holds GDN's count");
 };
 
-/* The backward's record of one (chunk, value head): bwd_prep writes it, or in training the
- * forward's chunk_prep into the saved states (saved_rec_offset). T = (I + A)^-1 and Pm ([C][C],
+/* The backward's record of one (chunk, value head): the forward's chunk_prep writes it into the
+ * saved states (saved_rec_offset). T = (I + A)^-1 and Pm ([C][C],
  * 16-bit, zero above the diagonal), then the per-token rows below (f32). Rows past the end of a
  * sequence hold g = 0, beta = 0, k = q = 0. */
 namespace gdn_rec {

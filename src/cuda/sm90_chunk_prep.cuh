@@ -345,7 +345,7 @@ __device__ __forceinline__ void prep_store_gates(const ChunkParams &p, const Pre
 
 /* T = (I + A)^-1 of one head into Ts (f32, row pitch LD), once the unit's warps wrote rows
  * 16 w .. 16 w + 15 of A (As; each warp its own, so a warp barrier orders them for the diagonal
- * blocks). Ends with the unit's barrier. Shared by chunk_prep, kda_prep and bwd_prep. */
+ * blocks). Ends with the unit's barrier. Shared by chunk_prep and kda_prep. */
 template <int LD>
 __device__ __forceinline__ void prep_inverse(const float *As, float *Ts, int tid, int bar)
 {
@@ -395,7 +395,7 @@ __device__ __forceinline__ void prep_inverse(const float *As, float *Ts, int tid
 }
 
 /* The backward record's factor rows of token i from its log-decay cumsum G_i (natural units), the
- * chunk's G_c and the norm factors: chunk_prep (training) and bwd_prep write them alike. */
+ * chunk's G_c and the norm factors (chunk_prep, training). */
 __device__ __forceinline__ void store_bwd_rows(float *rows, int i, float G_i, float G_c, float rk, float rq, float scale)
 {
     const float gam = expf(G_i), gu = expf(G_c - G_i);
