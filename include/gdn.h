@@ -279,7 +279,9 @@ GDN_API gdn_status gdn_chunk_saved_states_size(const gdn_chunk_fwd_args *args, s
  *   and lo parts), 1024 B per token and value head at K = V = 128; without saved_states also what
  *   the forward would have saved (gdn_chunk_saved_states_size: 812 B per token and value head), a
  *   scratch o (V 16-bit values per token and value head) and the forward's own workspace
- *   (gdn_chunk_fwd_workspace_size). No allocation, no host sync, graph-capturable; bitwise
+ *   (gdn_chunk_fwd_workspace_size); with few (sequence, value head) pairs of fixed length, where
+ *   the reverse chain runs context parallel as the forward does, K (2 V + K) floats per
+ *   (sequence, value head, segment). No allocation, no host sync, graph-capturable; bitwise
  *   repeatable.
  *
  * Gradients w.r.t. the tensors given: with use_qk_l2norm dq and dk are w.r.t. the raw q and k

@@ -769,6 +769,21 @@ static int test_cuda_grads(void)
         c.dht = 1;
         check_grads_cuda(&c, GDN_DTYPE_BF16, GDN_DTYPE_BF16);
     }
+    for (int d = 0; d < 2; d++) {
+        /* Long sequences of few (sequence, value head) pairs: the reverse chain runs context
+         * parallel (plan_cp: on a GPU of 72 SMs or more, 7 or 8 segments of 5 or 4 chunks), dht
+         * entering the last segment, dh0 leaving the first; K = V = 128 with GVA, and K = V = 64
+         * with the in-kernel gate, beta logits and bf16 V-first states. */
+        bw_cfg c = base(d ? 2 : 1, d ? 2000 : 2100, 1, d ? 1 : 2, 960 + (uint64_t)d);
+        c.K = c.V = d ? 64 : 128;
+        c.l2norm = 1;
+        c.h0 = 1;
+        c.dht = 1;
+        c.raw = d;
+        c.logits = d;
+        c.layout = d ? GDN_STATE_VK : GDN_STATE_KV;
+        check_grads_cuda(&c, GDN_DTYPE_BF16, d ? GDN_DTYPE_BF16 : GDN_DTYPE_F32);
+    }
     {
         bw_cfg c = base(2, 130, 1, 1, 940); /* f16, no l2 norm (unit keys), no states */
         c.K = c.V = 64;

@@ -21,7 +21,8 @@ static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 struct WsPlan {
     size_t saved, o, fwd, fwd_bytes; /* without saved states: the forward's outputs and workspace */
-    size_t dS, gpart, bytes;
+    size_t dS, gpart, cp, bytes;     /* cp: the reverse chain's segment maps and starts, if any */
+    gdn_chunk::CpPlan seg;
 };
 
 /* The forward that the backward runs where nothing was saved, writing into ws at the plan's
@@ -55,7 +56,9 @@ static WsPlan plan_ws(const gdn_problem *p)
         w.dS = w.fwd + align256(w.fwd_bytes);
     }
     w.gpart = w.dS + align256(units * (size_t)(p->K * p->V) * 4);
-    w.bytes = w.gpart + align256(units * sizeof(float2));
+    w.cp = w.gpart + align256(units * sizeof(float2));
+    w.seg = gdn_chunk::plan_cp(p);
+    w.bytes = w.cp + align256(gdn_chunk::cp_ws_bytes(p, w.seg));
     return w;
 }
 
@@ -77,7 +80,16 @@ template <typename T, int K, int V>
 static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
 {
     gdn_status st;
-    if ((st = launch(bwd_rev_kernel<T, K>, dim3((unsigned)(prm.N * prm.HV * (V / 64))), REV_THREADS,
+    const unsigned pairs = (unsigned)(prm.N * prm.HV);
+    if (prm.seg_chunks > 0) { /* context parallelism: the segments' maps, then their starts */
+        if ((st = launch(bwd_rev_kernel<T, K, true>, dim3((unsigned)(prm.nseg - 1) * pairs * ((V + K) / 64)), REV_THREADS,
+                         RevSmem<K>::BYTES, stream, prm, "bwd_rev (segment maps)")) != GDN_OK)
+            return st;
+        if ((st = launch(bwd_scan_kernel<K>, dim3(pairs * (unsigned)(V / gdn_chunk::SCAN_ROWS)),
+                         gdn_chunk::scan_threads<K>(), gdn_chunk::scan_smem_bytes<K>(), stream, prm, "bwd_scan")) != GDN_OK)
+            return st;
+    }
+    if ((st = launch(bwd_rev_kernel<T, K, false>, dim3((unsigned)prm.nseg * pairs * (V / 64)), REV_THREADS,
                      RevSmem<K>::BYTES, stream, prm, "bwd_rev")) != GDN_OK)
         return st;
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
@@ -178,6 +190,10 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     unsigned char *ws = static_cast<unsigned char *>(p->workspace);
     prm.dS = ws + w.dS;
     prm.gpart = reinterpret_cast<float2 *>(ws + w.gpart);
+    prm.nseg = w.seg.nseg;
+    prm.seg_chunks = w.seg.seg_chunks;
+    prm.cp_pre = reinterpret_cast<float *>(ws + w.cp);
+    prm.cp_start = prm.cp_pre + (size_t)(p->N * p->HV * w.seg.nseg) * (size_t)(p->V + p->K) * (size_t)p->K;
     if (p->HV == 0)
         return GDN_OK;
     if (p->N == 0) {

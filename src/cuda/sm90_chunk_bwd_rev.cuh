@@ -33,6 +33,7 @@
 #define GDN_SM90_CHUNK_BWD_REV_CUH
 
 #include "sm90_chunk_bwd_common.cuh"
+#include "sm90_chunk_scan.cuh"
 #include "sm90_primitives.cuh"
 
 namespace gdn_bwd {
@@ -55,7 +56,7 @@ template <int K> struct RevSmem {
     static constexpr int BYTES = BARS + NBARS * 8 + 1024; /* + slack to align the base to 1024 */
 };
 
-template <typename T, int K>
+template <typename T, int K, bool PRE>
 __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams p)
 {
     using namespace gdn_sm90;
@@ -68,11 +69,20 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
     /* The warp index through a shuffle: role branches are then warp-uniform to the compiler. */
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
-    const int64_t vblocks = p.V / BV;
-    const int64_t vb = blockIdx.x % vblocks, hv = (blockIdx.x / vblocks) % p.HV, n = blockIdx.x / vblocks / p.HV;
+    /* CTA -> (row block, value head, sequence, segment); PRE: segments 1 .. nseg - 1 over V + K rows,
+     * the last K of them virtual (v0 >= V: no dO, the identity to start from). */
+    const int64_t rblocks = (PRE ? p.V + K : p.V) / BV;
+    const int64_t vb = blockIdx.x % rblocks, hv = (blockIdx.x / rblocks) % p.HV;
+    const int64_t n = (blockIdx.x / rblocks / p.HV) % p.N, seg = blockIdx.x / rblocks / p.HV / p.N + (PRE ? 1 : 0);
     const int64_t v0 = vb * BV, h = hv / p.G;
+    const bool virt = PRE && v0 >= p.V;
     const gdn_chunk::SeqInfo sq = gdn_chunk::sequence(p, n);
-    const int nc = (int)((sq.len + C - 1) / C);
+    /* The segment's chunks [ce - nc, ce), walked from the last; rseg: its index in reverse. */
+    const int nall = (int)((sq.len + C - 1) / C);
+    const int cb = p.seg_chunks > 0 ? (int)gdn_chunk::min64(nall, seg * p.seg_chunks) : 0;
+    const int ce = p.seg_chunks > 0 ? (int)gdn_chunk::min64(nall, cb + p.seg_chunks) : nall;
+    const int nc = ce - cb;
+    const int64_t rseg = p.nseg - 1 - seg, pr = (n * p.HV + hv) * p.nseg + rseg;
 
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + L::BARS), *full = bars, *empty = bars + REV_STAGES;
     uint64_t *p_ready = bars + L::P_READY, *p_free = bars + L::P_FREE;
@@ -90,16 +100,16 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
     __syncthreads();
 
     if (warp >= (REV_THREADS - REV_COPY) / 32) {
-        /* Copy warpgroup: step k holds chunk nc - 1 - k. */
+        /* Copy warpgroup: step k holds chunk ce - 1 - k. */
         regs_dec<112>();
         const int pt = tid % REV_COPY;
         auto load_step = [&](int k, int stage) {
-            const int64_t c = nc - 1 - k, t0 = sq.bos + c * C;
+            const int64_t c = ce - 1 - k, t0 = sq.bos + c * C;
             const int cl = (int)gdn_chunk::min64(C, sq.len - c * C);
             unsigned char *base = smem + stage * L::STAGE;
             load_boxes<T, K, REV_COPY>(base + L::Q, p.q, sq.row, t0, h, cl, 0, pt);
             load_boxes<T, K, REV_COPY>(base + L::KT, p.k, sq.row, t0, h, cl, 0, pt);
-            load_boxes<T, BV, REV_COPY>(base + L::DO, p.d_o, sq.row, t0, hv, cl, v0, pt);
+            load_boxes<T, BV, REV_COPY>(base + L::DO, p.d_o, sq.row, t0, hv, virt ? 0 : cl, virt ? 0 : v0, pt);
             const unsigned char *rec = rec_of(p, hv, sq.slot0 + c);
             /* T and Pm ([C][C], 128-byte rows) into their boxes, then the rows as they are. */
             for (int u = pt; u < 2 * C * 8; u += REV_COPY) {
@@ -132,14 +142,21 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
     regs_inc<192>();
 
     if (warp < 4) {
-        /* Chain warpgroup. s[b][i] = dS^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
+        /* Chain warpgroup. s[b][i] = dS^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)], from dht (the
+         * last segment), the scan's start (the others) or, in PRE, zeros and the identity. */
         float s[KB][32];
 #pragma unroll
         for (int b = 0; b < KB; ++b)
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
                 const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
-                s[b][i] = p.dht.data ? load_elem(p.dht.data, p.state_dtype, state_off(p.dht, n, hv, (int)d, (int)vv)) : 0.f;
+                if (virt)
+                    s[b][i] = vv - p.V == d ? 1.f : 0.f;
+                else if (rseg == 0)
+                    s[b][i] = p.dht.data ? load_elem(p.dht.data, p.state_dtype, state_off(p.dht, n, hv, (int)d, (int)vv))
+                                         : 0.f;
+                else
+                    s[b][i] = PRE ? 0.f : p.cp_start[(pr * p.V + vv) * K + d];
             }
         int stage = 0;
         uint32_t phase = 0;
@@ -265,7 +282,15 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
             stage ^= 1;
             phase ^= (uint32_t)(stage == 0);
         }
-        if (p.dh0.data)
+        if (PRE) /* the segment's map: the local part (real rows), its transfer (virtual rows) */
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
+                    *reinterpret_cast<float2 *>(p.cp_pre + (pr * (p.V + K) + vv) * K + d) = make_float2(s[b][i], s[b][i + 1]);
+                }
+        else if (p.dh0.data && seg == 0)
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
@@ -329,14 +354,14 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
     for (int k = 0; k < nc; ++k) {
         if (k + 1 < nc)
             produce_p(k + 1);
-        const int64_t c = nc - 1 - k;
-        const int cl = (int)gdn_chunk::min64(C, sq.len - c * C);
+        const int64_t c = ce - 1 - k;
+        const int cl = PRE ? 0 : (int)gdn_chunk::min64(C, sq.len - c * C); /* PRE stores nothing */
 
         /* dS' leaving chunk c: hi and lo, [key][value] rows of 64 values. */
         mbar_wait(ds_ready, (uint32_t)k & 1u);
         T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * 2 * K * p.V + v0;
 #pragma unroll 4
-        for (int u = t; u < 2 * K * 8; u += 128) {
+        for (int u = t; u < (PRE ? 0 : 2 * K * 8); u += 128) {
             const int tile = u / (K * 8), rr = (u >> 3) % K, ch = u & 7;
             *reinterpret_cast<uint4 *>(dst + (size_t)tile * K * p.V + (size_t)rr * p.V + 8 * ch) =
                 *reinterpret_cast<const uint4 *>(smem + (tile ? L::DSLO : L::DSHI) + (rr >> 6) * L::B +
@@ -364,6 +389,27 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
         }
         mbar_arrive(dv_free);
     }
+}
+
+/* Context parallelism for few (sequence, value head) pairs (plan in sm90_chunk_bwd.cu): the
+ * reverse chain is affine in the gradient D of the state leaving a chunk, D_c-1 = A_c D_c + b_c
+ * (A_c = F_c^T, the forward map's transpose), so a segment's chunks map the D leaving its last
+ * chunk to the D entering its first: D^T_in = D^T_out X + L^T. bwd_rev<PRE> finds X and L^T for
+ * every segment but the first (the chain over V + K rows: the real ones from zeros, or dht for
+ * the last segment, give L^T; K virtual rows with no dO, from the identity, give X); bwd_scan
+ * chains them from the last segment (gdn_chunk::scan_rows, the forward's scan, over the segments
+ * in reverse); then bwd_rev runs every segment from its D. */
+template <int K>
+__global__ void __launch_bounds__(gdn_chunk::scan_threads<K>()) bwd_scan_kernel(const BwdParams p)
+{
+    const int64_t tiles = p.V / gdn_chunk::SCAN_ROWS, pair = blockIdx.x / tiles;
+    const int64_t n = pair / p.HV, hv = pair % p.HV, c0 = (blockIdx.x % tiles) * gdn_chunk::SCAN_ROWS;
+    gdn_chunk::scan_rows<K>(p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K, p.cp_start + (size_t)pair * p.nseg * p.V * K,
+                            p.V, p.nseg, c0, [&](int64_t vv, int d) {
+                                return p.dht.data ? load_elem(p.dht.data, p.state_dtype,
+                                                              state_off(p.dht, n, hv, d, (int)vv))
+                                                  : 0.f;
+                            });
 }
 
 } /* namespace gdn_bwd */

@@ -177,6 +177,46 @@ static inline int sm_count(const gdn_problem *p)
     return sms;
 }
 
+/* Context parallelism (the forward's chain, and the backward's reverse chain alike: both run a CTA
+ * per (sequence, value head, 64 value rows)): with few (sequence, head) pairs, the serial chunk
+ * chain of each pair would run on a few SMs. Splitting every sequence into segments costs about three times the
+ * chain work (the M columns of the first pass double it), so it pays only when the wide tiles
+ * of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles segments give
+ * one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
+ * host); varlen takes the plain path. */
+constexpr int CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
+
+struct CpPlan {
+    int64_t nseg, seg_chunks; /* seg_chunks = 0: off */
+};
+
+static inline CpPlan plan_cp(const gdn_problem *p)
+{
+    CpPlan cp = {1, 0};
+    if (TUNE_NO_CP)
+        return cp;
+    if (p->cu_seqlens || p->T <= 0 || p->N <= 0 || p->HV <= 0 || p->V % 64 != 0 || p->K % 64 != 0 ||
+        p->V % SCAN_ROWS != 0)
+        return cp;
+    const int64_t cps = (p->T + C - 1) / C, tiles = p->N * p->HV * (p->V / 64);
+    int64_t nseg = min64(sm_count(p) / tiles, cps / CP_MIN_SEG_CHUNKS);
+    if (nseg < CP_MIN_SEGS)
+        return cp;
+    if (TUNE_SEGS != 0)
+        nseg = min64(TUNE_SEGS > 2 ? TUNE_SEGS : 2, cps); /* CP needs two segments or more */
+    cp.seg_chunks = (cps + nseg - 1) / nseg;
+    cp.nseg = (cps + cp.seg_chunks - 1) / cp.seg_chunks;
+    return cp;
+}
+
+/* Workspace of the segments' maps and starting states. */
+static inline size_t cp_ws_bytes(const gdn_problem *p, const CpPlan &cp)
+{
+    if (cp.seg_chunks == 0)
+        return 0;
+    return (size_t)(p->N * p->HV * cp.nseg) * (size_t)p->K * (size_t)(2 * p->V + p->K) * sizeof(float);
+}
+
 /* The chunk-slot map, shared by the forward (ChunkParams) and the backward (gdn_bwd::BwdParams):
  * any P with T, N, cps and cu. A cu_seqlens entry clamped to [0, T] (cu is not checked on the
  * device). */
