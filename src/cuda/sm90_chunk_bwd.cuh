@@ -13,7 +13,10 @@
  * save them (gdn_chunk_fwd_args.saved_states), and where the caller did not, gdn_cuda_chunk_bwd
  * runs that forward itself into its workspace first. Then (one stream; no atomics, fixed orders):
  *   bwd_rev    per (sequence, value head, 64 value rows), on wgmma: the reverse chain stores dS'
- *              leaving every chunk, writes dv and dh0. It needs the records only, not S.
+ *              leaving every chunk, writes dv and dh0. It needs the records only, not S. With
+ *              few (sequence, value head) pairs of fixed length (gdn_chunk::plan_cp) it runs per
+ *              segment of each sequence too, after bwd_rev<PRE> (each segment's affine map) and
+ *              bwd_scan (the gradient entering each segment from the end): sm90_chunk_bwd_rev.cuh.
  *   bwd_grad   per (chunk slot, key head), over the group's value heads in turn, on wgmma: everything
  *              else of the chunk from S, dS' and the record: dg or da, dbeta, the gate-parameter
  *              partials per value head; dq and dk summed over the group in registers, then
