@@ -10,9 +10,10 @@
  * gradients bit for bit. Its workspace holds the gradient of the state leaving every chunk (2 K V:
  * hi and lo parts, 1024 B per token and value head at K = V = 128) and the gate partials; without
  * saved states also the saved states, o and the forward's own workspace; with context
- * parallelism (few pairs of fixed length, gdn_chunk::plan_cp) the segments' maps and starts. Chunk slots follow the
- * forward's map (varlen: sequence n starts at slot floor(cu[n] / 64) + n), so cu_seqlens is read
- * on the device only. No allocation, no host sync; bitwise repeatable (no atomics, fixed orders).
+ * parallelism (few pairs of fixed length, gdn_chunk::plan_cp) the segments' maps and starts.
+ * Chunk slots follow the forward's map (varlen: sequence n starts at slot floor(cu[n] / 64) + n),
+ * so cu_seqlens is read on the device only. No allocation, no host sync; bitwise repeatable (no
+ * atomics, fixed orders).
  */
 #include "sm90_chunk_bwd.cuh"
 
