@@ -771,7 +771,7 @@ static int test_cuda_grads(void)
     }
     for (int d = 0; d < 2; d++) {
         /* Long sequences of few (sequence, value head) pairs: the reverse chain runs context
-         * parallel (plan_cp: on a GPU of 72 SMs or more, 7 or 8 segments of 5 or 4 chunks), dht
+         * parallel (plan_cp: on a GPU of 32 SMs or more, 7 or 8 segments of 5 or 4 chunks), dht
          * entering the last segment, dh0 leaving the first; K = V = 128 with GVA, and K = V = 64
          * with the in-kernel gate, beta logits and bf16 V-first states. */
         bw_cfg c = base(d ? 2 : 1, d ? 2000 : 2100, 1, d ? 1 : 2, 960 + (uint64_t)d);

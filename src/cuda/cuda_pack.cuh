@@ -10,6 +10,15 @@
  * stride on the head dim, the other strides whole 16-byte multiples, a 16-byte aligned pointer. */
 bool gdn_cuda_rows_aligned16(const gdn_view *v);
 
+/* The strides of a contiguous [B, T, H, D] buffer. */
+static inline void contiguous_strides(int64_t T, int64_t H, int64_t D, int64_t s[4])
+{
+    s[3] = 1;
+    s[2] = D;
+    s[1] = H * D;
+    s[0] = T * H * D;
+}
+
 /* Copies the [B, T, H, D] 16-bit elements of src (strides src_s, {b, t, h, d}, in elements) to dst
  * (strides dst_s), on stream. Either side may have any strides; the two must not overlap. */
 gdn_status gdn_cuda_copy_view(const void *src, const int64_t src_s[4], void *dst, const int64_t dst_s[4], int64_t B,

@@ -15,6 +15,7 @@
  * so cu_seqlens is read on the device only. No allocation, no host sync; bitwise repeatable (no
  * atomics, fixed orders).
  */
+#include "cuda_pack.cuh"
 #include "sm90_chunk_bwd.cuh"
 
 namespace gdn_bwd {
@@ -22,7 +23,8 @@ namespace gdn_bwd {
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 struct WsPlan {
-    size_t saved, o, fwd, fwd_bytes; /* without saved states: the forward's outputs and workspace */
+    size_t o, fwd, fwd_bytes;        /* without saved states: after the saved states (at 0), o and the
+                                      * forward's workspace */
     size_t dS, gpart, cp, bytes;     /* cp: the reverse chain's segment maps and starts, if any */
     gdn_chunk::CpPlan seg;
 };
@@ -33,13 +35,10 @@ static gdn_problem forward_problem(const gdn_problem *p, unsigned char *ws, cons
 {
     gdn_problem f = *p;
     const uintptr_t base = (uintptr_t)ws;
-    f.saved_states = reinterpret_cast<void *>(base + w.saved);
+    f.saved_states = ws;
     f.o.data = reinterpret_cast<void *>(base + w.o);
     f.o.dtype = p->q.dtype;
-    f.o.s[3] = 1;
-    f.o.s[2] = p->V;
-    f.o.s[1] = p->HV * p->V;
-    f.o.s[0] = p->T * p->HV * p->V;
+    contiguous_strides(p->T, p->HV, p->V, f.o.s);
     f.final_state = gdn_view{};
     f.workspace = reinterpret_cast<void *>(base + w.fwd);
     f.workspace_bytes = w.fwd_bytes;

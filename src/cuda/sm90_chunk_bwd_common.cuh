@@ -42,9 +42,9 @@ struct BwdParams {
                                * leaving each chunk, as hi + lo */
     float2 *gpart;            /* workspace, [HV][slots]: the chunk's sum of dg g and of da (dA_log,
                                * ddt_bias) */
-    /* Context parallelism (seg_chunks > 0; bwd_cp in sm90_chunk_bwd_rev.cuh): segments of
-     * seg_chunks chunks, indexed in reverse (r = nseg - 1 - segment); per (sequence, value head) and
-     * r, cp_pre [V + K][K] and cp_start [V][K] f32 (workspace). */
+    /* Context parallelism (seg_chunks > 0; sm90_chunk_bwd_rev.cuh, at bwd_scan_kernel): segments
+     * of seg_chunks chunks, indexed in reverse (rseg = nseg - 1 - segment); per (sequence, value
+     * head) and rseg, cp_pre [V + K][K] and cp_start [V][K] f32 (workspace). */
     int64_t nseg, seg_chunks;
     float *cp_pre, *cp_start;
 };

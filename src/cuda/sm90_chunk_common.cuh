@@ -179,10 +179,10 @@ static inline int sm_count(const gdn_problem *p)
 
 /* Context parallelism (the forward's chain, and the backward's reverse chain alike: both run a CTA
  * per (sequence, value head, 64 value rows)): with few (sequence, head) pairs, the serial chunk
- * chain of each pair would run on a few SMs. Splitting every sequence into segments costs about three times the
- * chain work (the M columns of the first pass double it), so it pays only when the wide tiles
- * of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles segments give
- * one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
+ * chain of each pair would run on a few SMs. Splitting every sequence into segments costs about
+ * three times the chain work (the M columns of the first pass double it), so it pays only when
+ * the wide tiles of 64 value columns fill at most an eighth of the SMs: then about SMs / tiles
+ * segments give one wave of the main pass. Fixed-length sequences only (the segment grid comes from T on the
  * host); varlen takes the plain path. */
 constexpr int CP_MIN_SEGS = 8, CP_MIN_SEG_CHUNKS = 4;
 

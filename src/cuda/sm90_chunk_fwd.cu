@@ -110,7 +110,6 @@ static size_t chunk_ws_bytes(const gdn_problem *p)
     return (size_t)slots * (size_t)p->HV * record_bytes(p) + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
 }
 
-
 /* q, k, v and o views whose rows the kernels cannot bulk-copy in place (gdn_cuda_rows_aligned16) get
  * a contiguous copy at the start of the workspace: q, k and v are packed into it before the kernels
  * run, o is written there and copied out after. Each copy starts on a 256-byte boundary. */
@@ -132,14 +131,6 @@ static PackPlan plan_pack(const gdn_problem *p)
         pk.bytes += ((size_t)(p->B * p->T * pk.H[i] * pk.D[i]) * 2 + 255) / 256 * 256;
     }
     return pk;
-}
-
-static void contiguous_strides(int64_t T, int64_t H, int64_t D, int64_t s[4])
-{
-    s[3] = 1;
-    s[2] = D;
-    s[1] = H * D;
-    s[0] = T * H * D;
 }
 
 /* One launch (cooperative: every CTA resident at once, or cudaErrorCooperativeLaunchTooLarge), with
