@@ -55,6 +55,12 @@ __device__ __forceinline__ int64_t state_off(const gdn_view &s, int64_t n, int64
     return n * s.s[0] + hv * s.s[1] + r * s.s[2] + col * s.s[3];
 }
 
+/* dht[n, hv, key r, value col], or 0 without dht: the gradient leaving a sequence's last chunk. */
+__device__ __forceinline__ float dht_at(const BwdParams &p, int64_t n, int64_t hv, int r, int col)
+{
+    return p.dht.data ? load_elem(p.dht.data, p.state_dtype, state_off(p.dht, n, hv, r, col)) : 0.f;
+}
+
 /* The record of one (chunk, value head): gdn_chunk::gdn_rec (sm90_chunk_common.cuh). */
 using namespace gdn_chunk::gdn_rec;
 

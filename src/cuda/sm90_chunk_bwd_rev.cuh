@@ -153,8 +153,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
                 if (virt)
                     s[b][i] = vv - p.V == d ? 1.f : 0.f;
                 else if (rseg == 0)
-                    s[b][i] = p.dht.data ? load_elem(p.dht.data, p.state_dtype, state_off(p.dht, n, hv, (int)d, (int)vv))
-                                         : 0.f;
+                    s[b][i] = dht_at(p, n, hv, (int)d, (int)vv);
                 else
                     s[b][i] = PRE ? 0.f : p.cp_start[(pr * p.V + vv) * K + d];
             }
@@ -257,11 +256,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
             }
             /* dS^T += U^T K (per box of 64 keys; K as MN-major B), behind the Q part. */
             fence();
-#pragma unroll
-            for (int b = 0; b < KB; ++b)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KT + b * L::B + mnmajor_step(j)), 1);
+            mma_rs_boxes<T, KB>(s, ua, desc_add(dms, L::KT));
             commit();
             /* Meanwhile: dX to the staging tile. */
             if (k > 0)
@@ -405,11 +400,7 @@ __global__ void __launch_bounds__(gdn_chunk::scan_threads<K>()) bwd_scan_kernel(
     const int64_t tiles = p.V / gdn_chunk::SCAN_ROWS, pair = blockIdx.x / tiles;
     const int64_t n = pair / p.HV, hv = pair % p.HV, c0 = (blockIdx.x % tiles) * gdn_chunk::SCAN_ROWS;
     gdn_chunk::scan_rows<K>(p.cp_pre + (size_t)pair * p.nseg * (p.V + K) * K, p.cp_start + (size_t)pair * p.nseg * p.V * K,
-                            p.V, p.nseg, c0, [&](int64_t vv, int d) {
-                                return p.dht.data ? load_elem(p.dht.data, p.state_dtype,
-                                                              state_off(p.dht, n, hv, d, (int)vv))
-                                                  : 0.f;
-                            });
+                            p.V, p.nseg, c0, [&](int64_t vv, int d) { return dht_at(p, n, hv, d, (int)vv); });
 }
 
 } /* namespace gdn_bwd */

@@ -497,11 +497,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 ua[j][3] = Mma16<T>::pack(vn[8 * j + 6] * u1[j].x, vn[8 * j + 7] * u1[j].y);
             }
             fence();
-#pragma unroll
-            for (int b = 0; b < KB; ++b)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    mma_rs<T, 1>(s[b], ua[j], desc_add(dms, L::KU + b * L::B + mnmajor_step(j)), 1);
+            mma_rs_boxes<T, KB>(s, ua, desc_add(dms, L::KU));
             commit();
 
             /* Meanwhile: Vn^T to the output warpgroup. */

@@ -389,6 +389,18 @@ __device__ __forceinline__ void mma_rs(float (&dd)[32], const uint32_t (&a)[4], 
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
+/* A state of KB boxes of 64 columns (+)= A B over 64 tokens: a[j] the register A fragments of
+ * k-slices j = 0 .. 3, B KB MN-major boxes from desc_b, one a box of state columns. */
+template <typename T, int KB>
+__device__ __forceinline__ void mma_rs_boxes(float (&s)[KB][32], const uint32_t (&a)[4][4], uint64_t desc_b)
+{
+#pragma unroll
+    for (int b = 0; b < KB; ++b)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            mma_rs<T, 1>(s[b], a[j], desc_add(desc_b, b * BOX_BYTES + mnmajor_step(j)), 1);
+}
+
 #undef GDN_WGMMA_SS
 #undef GDN_WGMMA_ROW
 #undef GDN_WGMMA_D16
