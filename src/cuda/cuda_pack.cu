@@ -9,6 +9,8 @@
  */
 #include "cuda_pack.cuh"
 
+#include <cudaTypedefs.h>
+
 namespace gdn_pack {
 
 constexpr int THREADS_X = 32, THREADS_Y = 8;
@@ -176,4 +178,58 @@ bool gdn_cuda_rows_aligned16(const gdn_view *v)
         if (v->s[i] % 8 != 0)
             return false;
     return true;
+}
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (the library links no libcuda);
+ * NULL where the driver has none. */
+static PFN_cuTensorMapEncodeTiled_v12000 tma_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+}
+
+static bool tma_encode(CUtensorMap *m, gdn_dtype dtype, void *base, int rank, const cuuint64_t *dims,
+                       const cuuint64_t *strides, const cuuint32_t *box)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();
+    if (!enc || (dtype != GDN_DTYPE_BF16 && dtype != GDN_DTYPE_F16))
+        return false;
+    const cuuint32_t ones[4] = {1, 1, 1, 1};
+    return enc(m, dtype == GDN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank, base,
+               dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D)
+{
+    /* The driver takes strides that are 16-byte multiples below 2^40, nonzero. */
+    if (!gdn_cuda_rows_aligned16(v) || D % 64 != 0 || B < 1 || T < 1 || H < 1)
+        return false;
+    /* A dim of one element takes any legal stride: that of the contiguous layout. */
+    const int64_t st[3] = {H > 1 ? v->s[2] : D, T > 1 ? v->s[1] : H * D, B > 1 ? v->s[0] : T * H * D};
+    cuuint64_t strides[3];
+    for (int i = 0; i < 3; ++i) {
+        if (st[i] <= 0 || st[i] * 2 >= ((int64_t)1 << 40))
+            return false;
+        strides[i] = (cuuint64_t)(st[i] * 2);
+    }
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint32_t box[4] = {64, 1, 64, 1};
+    return tma_encode(m, v->dtype, v->data, 4, dims, strides, box);
+}
+
+bool gdn_cuda_tma_mat64(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows)
+{
+    if ((uintptr_t)base % 16 != 0 || rows < 1)
+        return false;
+    const cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
+    const cuuint32_t box[2] = {64, 64};
+    return tma_encode(m, dtype, const_cast<void *>(base), 2, dims, strides, box);
 }

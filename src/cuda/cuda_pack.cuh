@@ -4,11 +4,24 @@
 #ifndef GDN_CUDA_PACK_CUH
 #define GDN_CUDA_PACK_CUH
 
+#include <cuda.h>
+
 #include "cuda_common.cuh"
 
 /* Whether a 16-bit [B, T, H, D] view (s = {b, t, h, d}) has what bulk copies of its rows need: unit
  * stride on the head dim, the other strides whole 16-byte multiples, a 16-byte aligned pointer. */
 bool gdn_cuda_rows_aligned16(const gdn_view *v);
+
+/* A TMA tensor map over a 16-bit [B, T, H, D] view (s = {b, t, h, d}) whose box is 64 tokens of 64
+ * head-dim channels of one (b, h), written with the 128-byte swizzle (box_offset's layout, wgmma's
+ * operand layout): coordinates {d, h, t, b}, rows past T read as zeros. false, with nothing
+ * reported, where the view does not allow one (gdn_cuda_rows_aligned16) or the driver refuses it:
+ * the kernel then copies with cp.async. */
+bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D);
+
+/* The same over a contiguous [rows][64] 16-bit matrix at base (16-byte aligned): box of 64 rows,
+ * coordinates {0, row}. */
+bool gdn_cuda_tma_mat64(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows);
 
 /* The strides of a contiguous [B, T, H, D] buffer. */
 static inline void contiguous_strides(int64_t T, int64_t H, int64_t D, int64_t s[4])

@@ -214,5 +214,9 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     }
     prm.S = saved;
     prm.rec = static_cast<unsigned char *>(saved) + saved_rec_offset(p);
+    prm.tma = gdn_cuda_tma_rows(&prm.tm_q, &p->q, p->B, p->T, p->H, p->K) &&
+              gdn_cuda_tma_rows(&prm.tm_k, &p->k, p->B, p->T, p->H, p->K) &&
+              gdn_cuda_tma_rows(&prm.tm_do, &bp->d_o, p->B, p->T, p->HV, p->V) &&
+              gdn_cuda_tma_mat64(&prm.tm_rec, prm.rec, p->q.dtype, (int64_t)prm.slots * p->HV * (REC_BYTES / 128));
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

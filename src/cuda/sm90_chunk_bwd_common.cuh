@@ -5,6 +5,8 @@
 #ifndef GDN_SM90_CHUNK_BWD_COMMON_CUH
 #define GDN_SM90_CHUNK_BWD_COMMON_CUH
 
+#include <cuda.h>
+
 #include "sm90_chunk_common.cuh"
 #include "sm90_primitives.cuh"
 
@@ -47,6 +49,10 @@ struct BwdParams {
      * head) and rseg, cp_pre [V + K][K] and cp_start [V][K] f32 (workspace). */
     int64_t nseg, seg_chunks;
     float *cp_pre, *cp_start;
+    /* TMA maps for bwd_rev's copies of whole chunks (tma != 0; gdn_cuda_tma_rows and _mat64): q, k
+     * {d, h, t, b}, d_o {v, hv, t, b}, the records' T and Pm as [HV * slots * REC_BYTES / 128][64]. */
+    int tma;
+    CUtensorMap tm_q, tm_k, tm_do, tm_rec;
 };
 
 /* Element (key r, value col) of state n, head hv in a state view (s = {n, hv, k, v}). */

@@ -20,8 +20,11 @@
  *                      the A tile cq dO^T, into one of two buffers, for the chunk after the one the
  *                      chain works on; the stores of dS' (hi, lo) and dv (valid rows) with 16-byte
  *                      stores.
- *   warps 8-11 (copy)  Q, K, dO tiles and the record's T, Pm and rows of the next chunk with
- *                      cp.async into a two-stage ring, rows past the sequence end zero-filled.
+ *   warps 8-11 (copy)  Q, K, dO tiles and the record's T, Pm and rows of the next chunk into a
+ *                      two-stage ring: by TMA where the chunk is whole and the inputs allow it
+ *                      (BwdParams::tma), else by cp.async, rows past the sequence end zero-filled.
+ *                      cp.async alone cannot keep the chain fed: with its copies the chain waited
+ *                      about half of each chunk's time on them (dev/backward/README.md, section 15).
  * Rounding points are those of the mma.sync chain it replaced: dS' to the operand type, dVn once,
  * -ck dX once, cq dO once; f32 accumulation and f32 state.
  *
@@ -47,6 +50,7 @@ template <int K> struct RevSmem {
     static constexpr int Q = 0, KT = Q + KB * B, DO = KT + KB * B, TM = DO + B, PM = TM + B, ROWS = PM + B;
     static constexpr int ROW_BYTES = R_COUNT * C * 4;
     static constexpr int STAGE = (ROWS + ROW_BYTES + 1023) / 1024 * 1024;
+    static constexpr int TX = ROWS + ROW_BYTES; /* a stage's bytes, as TMA counts them */
     static constexpr int PBUF = REV_STAGES * STAGE;  /* two buffers of P^T, f32, in accumulator order */
     static constexpr int A2 = PBUF + 2 * C * C * 4;  /* two of cq dO^T, [value][token] (K-major A) */
     static constexpr int DSHI = A2 + 2 * B, DSLO = DSHI + KB * B; /* dS' as [key][value] boxes */
@@ -57,7 +61,7 @@ template <int K> struct RevSmem {
 };
 
 template <typename T, int K, bool PRE>
-__global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams p)
+__global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_constant__ BwdParams p)
 {
     using namespace gdn_sm90;
     using L = RevSmem<K>;
@@ -103,14 +107,36 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
         /* Copy warpgroup: step k holds chunk ce - 1 - k. */
         regs_dec<112>();
         const int pt = tid % REV_COPY;
-        auto load_step = [&](int k, int stage) {
+        /* Whole chunks of real rows by TMA (one thread issues, the stage's barrier counts the bytes;
+         * the other threads arrive at once); the rest by cp.async, all threads arriving once their
+         * copies have landed (zero fill past the sequence's end, and the virtual rows' dO). Returns
+         * whether the step's copies are cp.async ones still to wait for. */
+        auto load_step = [&](int k, int stage) -> bool {
             const int64_t c = ce - 1 - k, t0 = sq.bos + c * C;
             const int cl = (int)gdn_chunk::min64(C, sq.len - c * C);
             unsigned char *base = smem + stage * L::STAGE;
+            const unsigned char *rec = rec_of(p, hv, sq.slot0 + c);
+            if (p.tma && cl == C && !virt) {
+                if (pt == 0) {
+                    mbar_expect_tx(&full[stage], L::TX);
+                    const int rr = (int)(((int64_t)hv * p.slots + sq.slot0 + c) * (REC_BYTES / 128));
+#pragma unroll
+                    for (int b = 0; b < KB; ++b) {
+                        tma_load_4d(base + L::Q + b * L::B, &p.tm_q, 64 * b, (int)h, (int)t0, (int)sq.row, &full[stage]);
+                        tma_load_4d(base + L::KT + b * L::B, &p.tm_k, 64 * b, (int)h, (int)t0, (int)sq.row, &full[stage]);
+                    }
+                    tma_load_4d(base + L::DO, &p.tm_do, (int)v0, (int)hv, (int)t0, (int)sq.row, &full[stage]);
+                    tma_load_2d(base + L::TM, &p.tm_rec, 0, rr, &full[stage]);
+                    tma_load_2d(base + L::PM, &p.tm_rec, 0, rr + C, &full[stage]);
+                    bulk_load(base + L::ROWS, rec + REC_ROWS, L::ROW_BYTES, &full[stage]);
+                } else {
+                    mbar_arrive(&full[stage]);
+                }
+                return false;
+            }
             load_boxes<T, K, REV_COPY>(base + L::Q, p.q, sq.row, t0, h, cl, 0, pt);
             load_boxes<T, K, REV_COPY>(base + L::KT, p.k, sq.row, t0, h, cl, 0, pt);
             load_boxes<T, BV, REV_COPY>(base + L::DO, p.d_o, sq.row, t0, hv, virt ? 0 : cl, virt ? 0 : v0, pt);
-            const unsigned char *rec = rec_of(p, hv, sq.slot0 + c);
             /* T and Pm ([C][C], 128-byte rows) into their boxes, then the rows as they are. */
             for (int u = pt; u < 2 * C * 8; u += REV_COPY) {
                 const int tile = u >> 9, r = (u >> 3) & 63, ch = u & 7;
@@ -118,21 +144,24 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const BwdParams
             }
             for (int u = pt; u < L::ROW_BYTES / 16; u += REV_COPY)
                 cp_async16(base + L::ROWS + 16 * u, rec + REC_ROWS + 16 * u, 16);
+            return true;
         };
-        if (nc > 0)
-            load_step(0, 0);
+        bool pending = nc > 0 && load_step(0, 0);
         cp_async_commit();
         int stage = 0;
 #pragma unroll 1
         for (int k = 0; k < nc; ++k, stage ^= 1) {
-            cp_async_wait<0>();
-            fence_proxy_async();
-            mbar_arrive(&full[stage]);
+            if (pending) {
+                cp_async_wait<0>();
+                fence_proxy_async();
+                mbar_arrive(&full[stage]);
+            }
+            pending = false;
             if (k + 1 < nc) {
                 /* The other stage last held step k - 1. */
                 if (k >= 1)
                     mbar_wait(&empty[stage ^ 1], (uint32_t)((k - 1) / REV_STAGES) & 1u);
-                load_step(k + 1, stage ^ 1);
+                pending = load_step(k + 1, stage ^ 1);
             }
             cp_async_commit();
         }
