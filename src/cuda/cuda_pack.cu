@@ -225,11 +225,11 @@ bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, 
     return tma_encode(m, v->dtype, v->data, 4, dims, strides, box);
 }
 
-bool gdn_cuda_tma_mat64(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows)
+bool gdn_cuda_tma_mat(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows, int64_t cols)
 {
-    if ((uintptr_t)base % 16 != 0 || rows < 1)
+    if ((uintptr_t)base % 16 != 0 || rows < 1 || cols < 64 || cols % 64 != 0)
         return false;
-    const cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
     const cuuint32_t box[2] = {64, 64};
     return tma_encode(m, dtype, const_cast<void *>(base), 2, dims, strides, box);
 }

@@ -19,9 +19,9 @@ bool gdn_cuda_rows_aligned16(const gdn_view *v);
  * the kernel then copies with cp.async. */
 bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D);
 
-/* The same over a contiguous [rows][64] 16-bit matrix at base (16-byte aligned): box of 64 rows,
- * coordinates {0, row}. */
-bool gdn_cuda_tma_mat64(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows);
+/* The same over a contiguous [rows][cols] 16-bit matrix at base (16-byte aligned, cols a multiple
+ * of 64): box of 64 rows of 64 columns, coordinates {col, row}. */
+bool gdn_cuda_tma_mat(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows, int64_t cols);
 
 /* The strides of a contiguous [B, T, H, D] buffer. */
 static inline void contiguous_strides(int64_t T, int64_t H, int64_t D, int64_t s[4])

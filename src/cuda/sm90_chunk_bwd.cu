@@ -217,6 +217,8 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.tma = gdn_cuda_tma_rows(&prm.tm_q, &p->q, p->B, p->T, p->H, p->K) &&
               gdn_cuda_tma_rows(&prm.tm_k, &p->k, p->B, p->T, p->H, p->K) &&
               gdn_cuda_tma_rows(&prm.tm_do, &bp->d_o, p->B, p->T, p->HV, p->V) &&
-              gdn_cuda_tma_mat64(&prm.tm_rec, prm.rec, p->q.dtype, (int64_t)prm.slots * p->HV * (REC_BYTES / 128));
+              gdn_cuda_tma_mat(&prm.tm_rec, prm.rec, p->q.dtype, (int64_t)prm.slots * p->HV * (REC_BYTES / 128), 64) &&
+              gdn_cuda_tma_mat(&prm.tm_ds, prm.dS, p->q.dtype, (int64_t)prm.slots * p->HV * 2 * p->K, p->V);
+    prm.tma_dv = gdn_cuda_tma_rows(&prm.tm_dv, &bp->dv, p->B, p->T, p->HV, p->V);
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

@@ -49,10 +49,12 @@ struct BwdParams {
      * head) and rseg, cp_pre [V + K][K] and cp_start [V][K] f32 (workspace). */
     int64_t nseg, seg_chunks;
     float *cp_pre, *cp_start;
-    /* TMA maps for bwd_rev's copies of whole chunks (tma != 0; gdn_cuda_tma_rows and _mat64): q, k
-     * {d, h, t, b}, d_o {v, hv, t, b}, the records' T and Pm as [HV * slots * REC_BYTES / 128][64]. */
-    int tma;
-    CUtensorMap tm_q, tm_k, tm_do, tm_rec;
+    /* TMA maps for bwd_rev's copies of whole chunks (gdn_cuda_tma_rows, gdn_cuda_tma_mat). tma:
+     * the loads of q, k {d, h, t, b}, d_o {v, hv, t, b} and the records' T and Pm (as
+     * [HV * slots * REC_BYTES / 128][64]), and the stores of dS' (as [HV * slots * 2 K][V]); tma_dv:
+     * the stores of dv {v, hv, t, b}. */
+    int tma, tma_dv;
+    CUtensorMap tm_q, tm_k, tm_do, tm_rec, tm_ds, tm_dv;
 };
 
 /* Element (key r, value col) of state n, head hv in a state view (s = {n, hv, k, v}). */

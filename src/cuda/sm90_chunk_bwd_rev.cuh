@@ -16,15 +16,18 @@
  *                      the aux warpgroup's P^T (f32), rounded once; dU^T (RS, T as MN-major B);
  *                      dX^T to the dv staging tile; the state update: (-ck dX^T) K (RS) and
  *                      (cq dO^T) Q (SS, A from the aux warpgroup's tile), both as MN-major B.
- *   warps 4-7 (aux)    off the chain: P^T = dO^T Pm (RS, dO^T fragments by ldmatrix.trans) and
- *                      the A tile cq dO^T, into one of two buffers, for the chunk after the one the
- *                      chain works on; the stores of dS' (hi, lo) and dv (valid rows) with 16-byte
- *                      stores.
+ *   warps 4-7 (aux)    off the chain, per chunk: the stores of dS' (hi, lo) as soon as the chain
+ *                      has written them, which frees the tiles for the chain's next chunk (by TMA
+ *                      where BwdParams::tma, else 16-byte stores); then P^T = dO^T Pm (RS, dO^T
+ *                      fragments by ldmatrix.trans) and the A tile cq dO^T of the next chunk, into
+ *                      one of two buffers; then the store of dv (TMA for whole chunks where
+ *                      BwdParams::tma_dv, else the valid rows). In that order the chain waits on
+ *                      neither the next chunk's copies nor P^T to reuse its dS' tiles.
  *   warps 8-11 (copy)  Q, K, dO tiles and the record's T, Pm and rows of the next chunk into a
  *                      two-stage ring: by TMA where the chunk is whole and the inputs allow it
  *                      (BwdParams::tma), else by cp.async, rows past the sequence end zero-filled.
- *                      cp.async alone cannot keep the chain fed: with its copies the chain waited
- *                      about half of each chunk's time on them (dev/backward/README.md, section 15).
+ *                      cp.async alone could not keep the chain fed (dev/backward/README.md,
+ *                      section 15).
  * Rounding points are those of the mma.sync chain it replaced: dS' to the operand type, dVn once,
  * -ck dX once, cq dO once; f32 accumulation and f32 state.
  *
@@ -213,6 +216,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
                 stsm_x4_t(sb + L::DSHI + off, sa[j]);
                 stsm_x4_t(sb + L::DSLO + off, lo);
             }
+            fence_proxy_async(); /* the aux warpgroup may store the tiles by TMA */
             mbar_arrive(ds_ready);
 
             /* Z^T = dS'^T K^T (M = 64 value rows, N = 64 tokens, k = keys). */
@@ -296,6 +300,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
                 pack_frag<T>(du, j, xv);
                 stsm_x4_t(sb + L::DV + box_offset(16 * j + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), xv);
             }
+            fence_proxy_async();
             mbar_arrive(dv_ready);
             wait<0>();
 #pragma unroll
@@ -325,8 +330,8 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
         return;
     }
 
-    /* Aux warpgroup: P^T and cq dO^T of chunk step k + 1 while the chain works on step k, then
-     * the stores of step k. */
+    /* Aux warpgroup: the dS' stores of chunk step k, P^T and cq dO^T of step k + 1 (the chain needs
+     * them half-way through its step k + 1), then the dv store of step k. */
     T *dv = static_cast<T *>(p.dv.data) + sq.row * p.dv.s[0] + hv * p.dv.s[2] + v0 * p.dv.s[3];
     const bool dv_fast = p.dv.s[3] == 1 && ((uintptr_t)dv & 15) == 0 && (p.dv.s[1] & 7) == 0;
     auto produce_p = [&](int k) {
@@ -376,25 +381,48 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
         produce_p(0);
 #pragma unroll 1
     for (int k = 0; k < nc; ++k) {
-        if (k + 1 < nc)
-            produce_p(k + 1);
         const int64_t c = ce - 1 - k;
         const int cl = PRE ? 0 : (int)gdn_chunk::min64(C, sq.len - c * C); /* PRE stores nothing */
 
-        /* dS' leaving chunk c: hi and lo, [key][value] rows of 64 values. */
+        /* dS' leaving chunk c: hi and lo, [key][value] rows of 64 values; by TMA, one thread, which
+         * frees the tiles once they are read. */
         mbar_wait(ds_ready, (uint32_t)k & 1u);
-        T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * 2 * K * p.V + v0;
+        if (p.tma && !PRE) {
+            if (t == 0) {
+                const int r0 = (int)(((int64_t)hv * p.slots + sq.slot0 + c) * 2 * K);
+#pragma unroll
+                for (int b = 0; b < 2 * KB; ++b)
+                    tma_store_2d(&p.tm_ds, (int)v0, r0 + 64 * b, smem + (b < KB ? L::DSHI : L::DSLO) + (b % KB) * L::B);
+                bulk_commit();
+                bulk_wait_read<0>();
+            }
+        } else {
+            T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * 2 * K * p.V + v0;
 #pragma unroll 4
-        for (int u = t; u < (PRE ? 0 : 2 * K * 8); u += 128) {
-            const int tile = u / (K * 8), rr = (u >> 3) % K, ch = u & 7;
-            *reinterpret_cast<uint4 *>(dst + (size_t)tile * K * p.V + (size_t)rr * p.V + 8 * ch) =
-                *reinterpret_cast<const uint4 *>(smem + (tile ? L::DSLO : L::DSHI) + (rr >> 6) * L::B +
-                                                 box_offset(rr & 63, 8 * ch));
+            for (int u = t; u < (PRE ? 0 : 2 * K * 8); u += 128) {
+                const int tile = u / (K * 8), rr = (u >> 3) % K, ch = u & 7;
+                *reinterpret_cast<uint4 *>(dst + (size_t)tile * K * p.V + (size_t)rr * p.V + 8 * ch) =
+                    *reinterpret_cast<const uint4 *>(smem + (tile ? L::DSLO : L::DSHI) + (rr >> 6) * L::B +
+                                                     box_offset(rr & 63, 8 * ch));
+            }
         }
         mbar_arrive(ds_free);
+        /* Then the next chunk's P^T: the chain's next chunk waits for the dS' tiles, and the TMA
+         * stores leave the warpgroup free at once. */
+        if (k + 1 < nc)
+            produce_p(k + 1);
 
-        /* dv of the chunk's valid rows. */
+        /* dv of the chunk's valid rows: a whole chunk by TMA where dv allows it. */
         mbar_wait(dv_ready, (uint32_t)k & 1u);
+        if (p.tma_dv && cl == C) {
+            if (t == 0) {
+                tma_store_4d(&p.tm_dv, (int)v0, (int)hv, (int)(sq.bos + c * C), (int)sq.row, smem + L::DV);
+                bulk_commit();
+                bulk_wait_read<0>();
+            }
+            mbar_arrive(dv_free);
+            continue;
+        }
         T *dvc = dv + (sq.bos + c * C) * p.dv.s[1];
 #pragma unroll
         for (int it = 0; it < 4; ++it) {

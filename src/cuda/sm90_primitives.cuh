@@ -143,6 +143,24 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, int c0, 
                  : "memory");
 }
 
+/* Shared src (a box in the map's layout) to the box of a 2-D TMA map at {c0, c1}, in this thread's
+ * current bulk group; bulk_commit closes the group, bulk_wait_read waits until at most N of the
+ * thread's groups still read shared memory (their global writes may still be in flight). */
+__device__ __forceinline__ void tma_store_2d(const void *map, int c0, int c1, const void *src)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(c0), "r"(c1),
+                 "r"(smem_u32(src))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const void *map, int c0, int c1, int c2, int c3, const void *src)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map), "r"(c0),
+                 "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(src))
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+
 /* Programmatic dependent launch: the launcher lets a kernel start while the previous grid in the
  * stream is still running; the kernel waits for that grid (and its memory) before its first
  * global access, and lets its own dependents launch at once (they wait for its completion the
