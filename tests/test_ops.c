@@ -506,6 +506,27 @@ static int test_thread_count_invariance(void)
     return TU_PASS;
 }
 
+/* One sequence of one head: the CPU chunk op plans its smallest head group, and the workspace the
+ * query gives must still be what the call takes, whatever the thread count. */
+static int test_single_item_workspace(void)
+{
+    const int before = gdn_get_num_threads();
+    const int counts[] = {1, 8};
+    const gdn_dtype dtypes[] = {GDN_DTYPE_F32, GDN_DTYPE_BF16};
+    for (int i = 0; i < 2; i++)
+        for (int d = 0; d < 2; d++) {
+            gdn_set_num_threads(counts[i]);
+            tu_case_config cfg = defaults(1500 + (uint64_t)(2 * i + d));
+            cfg.B = 1;
+            cfg.T = 64;
+            cfg.H = cfg.HV = 1;
+            cfg.dtype = cfg.beta_dtype = dtypes[d];
+            run_case(&cfg);
+        }
+    gdn_set_num_threads(before);
+    return TU_PASS;
+}
+
 static int test_random_combos(void)
 {
     tu_rng r = tu_rng_make(1000);
@@ -685,6 +706,7 @@ int main(int argc, char **argv)
         {"ops_long_and_wide", test_long_and_wide},
         {"ops_empty_batch", test_empty_batch},
         {"ops_thread_count_invariance", test_thread_count_invariance},
+        {"ops_single_item_workspace", test_single_item_workspace},
         {"ops_random_combos", test_random_combos},
         {"ops_fast_decode_shapes", test_fast_decode_shapes},
         {"ops_fast_isa_instances", test_fast_isa_instances},

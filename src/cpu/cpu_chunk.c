@@ -130,7 +130,10 @@ static int chunk_plan(const gdn_problem *p, chunk_ctx *ctx)
     return threads;
 }
 
-/* least: one thread's share for the largest head group, which covers every smaller one. */
+/* least: one thread's share for the largest head group, which covers every smaller one (the call
+ * plans its head group again, for the thread count of that moment). The query never gives less:
+ * with few items the plan's group is smaller than the largest, and one thread's share of it would
+ * be refused by the call. */
 size_t gdn_cpu_chunk_fwd_workspace(const gdn_problem *p, int least)
 {
     if (p->q.dtype == GDN_DTYPE_F64)
@@ -139,9 +142,8 @@ size_t gdn_cpu_chunk_fwd_workspace(const gdn_problem *p, int least)
         return 0;
     chunk_ctx ctx;
     const int threads = chunk_plan(p, &ctx);
-    if (least)
-        return chunk_buf_bytes(ctx.Kp, ctx.Vp, HEAD_GROUP);
-    return (size_t)threads * ctx.per_thread;
+    const size_t one = chunk_buf_bytes(ctx.Kp, ctx.Vp, HEAD_GROUP), all = (size_t)threads * ctx.per_thread;
+    return least || all < one ? one : all;
 }
 
 gdn_status gdn_cpu_chunk_fwd(const gdn_problem *p)
