@@ -210,7 +210,9 @@ static bool tma_encode(CUtensorMap *m, gdn_dtype dtype, void *base, int rank, co
 bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D)
 {
     /* The driver takes strides that are 16-byte multiples below 2^40, nonzero. */
-    if (!gdn_cuda_rows_aligned16(v) || D % 64 != 0 || B < 1 || T < 1 || H < 1)
+    /* Box coordinates are signed 32-bit. */
+    if (!gdn_cuda_rows_aligned16(v) || D % 64 != 0 || B < 1 || T < 1 || H < 1 || B > INT32_MAX || T > INT32_MAX ||
+        H > INT32_MAX || D > INT32_MAX)
         return false;
     /* A dim of one element takes any legal stride: that of the contiguous layout. */
     const int64_t st[3] = {H > 1 ? v->s[2] : D, T > 1 ? v->s[1] : H * D, B > 1 ? v->s[0] : T * H * D};
@@ -227,7 +229,7 @@ bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, 
 
 bool gdn_cuda_tma_mat(CUtensorMap *m, const void *base, gdn_dtype dtype, int64_t rows, int64_t cols)
 {
-    if ((uintptr_t)base % 16 != 0 || rows < 1 || cols < 64 || cols % 64 != 0)
+    if ((uintptr_t)base % 16 != 0 || rows < 1 || rows > INT32_MAX || cols < 64 || cols % 64 != 0 || cols > INT32_MAX)
         return false;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
     const cuuint32_t box[2] = {64, 64};

@@ -15,8 +15,8 @@ bool gdn_cuda_rows_aligned16(const gdn_view *v);
 /* A TMA tensor map over a 16-bit [B, T, H, D] view (s = {b, t, h, d}) whose box is 64 tokens of 64
  * head-dim channels of one (b, h), written with the 128-byte swizzle (box_offset's layout, wgmma's
  * operand layout): coordinates {d, h, t, b}, rows past T read as zeros. false, with nothing
- * reported, where the view does not allow one (gdn_cuda_rows_aligned16) or the driver refuses it:
- * the kernel then copies with cp.async. */
+ * reported, where the view does not allow one (gdn_cuda_rows_aligned16, coordinates past int32)
+ * or the driver refuses it: the kernel then copies with cp.async. */
 bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D);
 
 /* The same over a contiguous [rows][cols] 16-bit matrix at base (16-byte aligned, cols a multiple
