@@ -9,14 +9,13 @@ kept graph; step: fwd_ag then its backward):
   event us   CUDA-event median per call (eager), as bench/fla_backward.py times it
 Then the top CPU entries of torch's profiler over 10 libgdn steps.
 """
-import statistics
 import sys
 import time
 
 import torch
 
 import libgdn
-from fla_prefill import make_inputs
+from fla_prefill import make_inputs, time_ms
 
 B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (1, 8192, 2, 8)
 q, k, v, g, beta = make_inputs(B, T, H, HV)
@@ -58,14 +57,8 @@ def host_us(fn, n=50):
     return (t1 - t0) / n * 1e6
 
 
-def event_us(fn, n=20):
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev) * 1e3
+def event_us(fn):
+    return time_ms(fn, graph=False)[0] * 1e3
 
 
 peers = [("libgdn", libgdn.chunk_gated_delta_rule)]
