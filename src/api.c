@@ -442,7 +442,7 @@ static gdn_status resolve_tokens(device_ctx *dev, const gdn_tensor *q, const gdn
 
     if (!isfinite(scale))
         return gdn_set_error(GDN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
-    p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)p->K));
+    p->scale = scale != 0.0f ? (double)scale : 1.0 / sqrt((double)p->K);
     p->use_qk_l2norm = use_qk_l2norm != 0;
 
     p->N = p->B;

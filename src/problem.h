@@ -54,7 +54,8 @@ typedef struct gdn_problem {
     int beta_from_logits;
     int allow_neg_eigval;
 
-    float scale;                /* resolved: K^-0.5 when the caller passed 0 */
+    double scale;               /* resolved: the caller's value, or K^-0.5 (in double: the float64
+                                 * path's; the f32 and CUDA paths round it) when the caller passed 0 */
     int use_qk_l2norm;
 
     /* States. Strides are given per index meaning, whatever the layout:

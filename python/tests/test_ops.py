@@ -24,6 +24,8 @@ CASES = [
     ("bf16-bf16-state", 2, 70, 2, 2, 64, 64, torch.bfloat16, dict(h0=True, final=True, state_dtype=torch.bfloat16)),
     ("f32-strided-qkv", 2, 50, 2, 2, 64, 64, torch.float32, dict(strided=True, final=True, l2norm=True)),
     ("f64-oracle", 1, 40, 1, 1, 64, 64, torch.float64, dict(h0=True, final=True, cpu_only=True)),
+    # K = 128: the default scale K^-0.5 is not an f32 value; the oracle takes it in double
+    ("f64-oracle-k128", 1, 40, 1, 2, 128, 32, torch.float64, dict(h0=True, final=True, cpu_only=True, l2norm=True)),
     # head dims no SIMD width divides: the CPU backend's own limit is 1 .. 256
     ("f32-head-dims-48-24", 1, 70, 1, 2, 48, 24, torch.float32, dict(h0=True, final=True, cpu_only=True)),
 ]

@@ -174,7 +174,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.sp_threshold = p->softplus_threshold;
     prm.beta_from_logits = p->beta_from_logits;
     prm.allow_neg_eigval = p->allow_neg_eigval;
-    prm.scale = p->scale;
+    prm.scale = (float)p->scale;
     prm.l2norm = p->use_qk_l2norm;
     prm.state_dtype = p->state_dtype;
     prm.dht = bp->dht;

@@ -419,7 +419,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.be_b = p->beta.s[0], prm.be_t = p->beta.s[1], prm.be_h = p->beta.s[2];
     prm.beta_from_logits = p->beta_from_logits;
     prm.allow_neg_eigval = p->allow_neg_eigval;
-    prm.scale = p->scale;
+    prm.scale = (float)p->scale;
     prm.l2norm = p->use_qk_l2norm;
     prm.h0 = p->state_in.data;
     prm.state_dtype = p->state_dtype;

@@ -240,7 +240,7 @@ extern "C" gdn_status gdn_cuda_recurrent_fwd(const gdn_problem *p)
     prm.beta_dtype = p->beta.dtype;
     prm.beta_from_logits = p->beta_from_logits;
     prm.allow_neg_eigval = p->allow_neg_eigval;
-    prm.scale = p->scale;
+    prm.scale = (float)p->scale;
     prm.use_qk_l2norm = p->use_qk_l2norm;
     prm.state_in = p->state_in.data;
     prm.st_in = state_strides(p->state_in);
