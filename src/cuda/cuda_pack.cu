@@ -209,8 +209,8 @@ static bool tma_encode(CUtensorMap *m, gdn_dtype dtype, void *base, int rank, co
 
 bool gdn_cuda_tma_rows(CUtensorMap *m, const gdn_view *v, int64_t B, int64_t T, int64_t H, int64_t D)
 {
-    /* The driver takes strides that are 16-byte multiples below 2^40, nonzero. */
-    /* Box coordinates are signed 32-bit. */
+    /* The driver takes nonzero strides that are 16-byte multiples below 2^40; box coordinates are
+     * signed 32-bit. */
     if (!gdn_cuda_rows_aligned16(v) || D % 64 != 0 || B < 1 || T < 1 || H < 1 || B > INT32_MAX || T > INT32_MAX ||
         H > INT32_MAX || D > INT32_MAX)
         return false;
