@@ -220,5 +220,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
               gdn_cuda_tma_mat(&prm.tm_rec, prm.rec, p->q.dtype, (int64_t)prm.slots * p->HV * (REC_BYTES / 128), 64) &&
               gdn_cuda_tma_mat(&prm.tm_ds, prm.dS, p->q.dtype, (int64_t)prm.slots * p->HV * 2 * p->K, p->V);
     prm.tma_dv = gdn_cuda_tma_rows(&prm.tm_dv, &bp->dv, p->B, p->T, p->HV, p->V);
+    prm.tma_grad = prm.tma && gdn_cuda_tma_rows(&prm.tm_v, &p->v, p->B, p->T, p->HV, p->V) &&
+                   gdn_cuda_tma_mat(&prm.tm_s, prm.S, p->q.dtype, (int64_t)prm.slots * p->HV * p->V, p->K);
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

@@ -52,9 +52,10 @@ struct BwdParams {
     /* TMA maps for bwd_rev's copies of whole chunks (gdn_cuda_tma_rows, gdn_cuda_tma_mat). tma:
      * the loads of q, k {d, h, t, b}, d_o {v, hv, t, b} and the records' T and Pm (as
      * [HV * slots * REC_BYTES / 128][64]), and the stores of dS' (as [HV * slots * 2 K][V]); tma_dv:
-     * the stores of dv {v, hv, t, b}. */
-    int tma, tma_dv;
-    CUtensorMap tm_q, tm_k, tm_do, tm_rec, tm_ds, tm_dv;
+     * the stores of dv {v, hv, t, b}. tma_grad: bwd_grad's loads, with also v {v, hv, t, b} and
+     * the saved S^T (as [HV * slots * V][K]). Matrix maps take boxes of 64 x 64. */
+    int tma, tma_dv, tma_grad;
+    CUtensorMap tm_q, tm_k, tm_do, tm_rec, tm_ds, tm_dv, tm_v, tm_s;
 };
 
 /* Element (key r, value col) of state n, head hv in a state view (s = {n, hv, k, v}). */

@@ -139,7 +139,11 @@ template <typename T, int K, int V> struct GradSmem {
     static constexpr int SS = VN + C * V * 2, DS = SS + V * K * 2, TM = DS + K * V * 2, PM = TM + B, LO = PM + B;
     static constexpr int EQ = LO, EK = LO + B, F1 = LO + 2 * B, F2 = LO + 3 * B;
     static constexpr int F32 = LO + (K * V * 2 > 4 * B ? K * V * 2 : 4 * B);
-    static constexpr int BYTES = F32 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4 + 1024; /* + base alignment */
+    static constexpr int BARS = F32 + (R_COUNT * C + 4 * C + 6 * C + 8 + 4 * C) * 4; /* four mbarriers (TMA) */
+    static constexpr int BYTES = BARS + 4 * 8 + 1024;                                /* + base alignment */
+    /* Bytes of the four copy groups as TMA counts them (K and Q only with the group's first head). */
+    static constexpr uint32_t TX0 = V * K * 2, TX_K = C * K * 2, TX1 = C * V * 2 + R_COUNT * C * 4 + C * C * 2;
+    static constexpr uint32_t TX2 = 2 * K * V * 2 + C * C * 2 + C * V * 2;
 };
 
 constexpr int GRAD_THREADS = 256;
@@ -152,7 +156,7 @@ constexpr int GRAD_THREADS = 256;
  * their columns. One CTA per (chunk slot, key head) walks the G value heads of the group: q and k
  * are loaded once, and dq, dk are summed in registers instead of through a workspace pass. */
 template <typename T, int K, int V>
-__global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdParams p)
+__global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_constant__ BwdParams p)
 {
     using namespace gdn_sm90;
     using SM = GradSmem<T, K, V>;
@@ -170,6 +174,18 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         return;
     }
     unsigned char *Qs = sm + SM::QS, *Ks = sm + SM::KS, *Wb = sm + SM::WB, *Lo = sm + SM::LO;
+    /* Whole chunks come in by TMA (one thread issues each group against its barrier), the others
+     * by cp.async from every thread (zero fill past the sequence's end). */
+    const bool tma = p.tma_grad && L.cl == C;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sm + SM::BARS);
+    if (tma) {
+        if (tid == 0) {
+            for (int i = 0; i < 4; ++i)
+                mbar_init(&bars[i], 1);
+            mbar_fence_init();
+        }
+        __syncthreads();
+    }
     float *rows = reinterpret_cast<float *>(sm + SM::F32);
     float *colp = rows + R_COUNT * C; /* [4][C] */
     float *rres = colp + 4 * C;       /* [2][3][C]: dGam row terms, dbeta, S'-term of dGam_C */
@@ -199,26 +215,65 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         const unsigned char *rec = rec_of(p, hv, slot);
         const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
         const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
-        /* Four commit groups in the order of first use, so that the products start while the later
+        /* Four copy groups in the order of first use, so that the products start while the later
          * tiles are still in flight (one CTA per SM: nothing else hides the copies): K (first head
          * only) and S; v, the rows and T; dS' (hi, lo), Pm and dO; Q (first head only). */
-        if (first)
-            load_boxes<T, K, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
-        load_mat_boxes<V, K, NTH>(sm + SM::SS, static_cast<const T *>(p.S) + tile, tid);
-        cp_async_commit();
-        load_boxes<T, V, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
-        load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
-        load_mat_boxes<C, C, NTH>(sm + SM::TM, rec, tid);
-        cp_async_commit();
-        load_mat_boxes<K, V, NTH>(sm + SM::DS, dS_ws, tid);
-        load_mat_boxes<K, V, NTH>(Lo, dS_ws + K * V, tid);
-        load_mat_boxes<C, C, NTH>(sm + SM::PM, rec + C * C * sizeof(T), tid);
-        load_boxes<T, V, NTH>(sm + SM::DO, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
-        cp_async_commit();
-        if (first)
-            load_boxes<T, K, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
-        cp_async_commit();
-        cp_async_wait<3>(); /* K, S */
+        const uint32_t par = (uint32_t)(hv - h * p.G) & 1u; /* each barrier completes once a head */
+        if (tma) {
+            if (tid == 0) {
+                const int tok = (int)L.t0, brow = (int)L.row;
+                const int srow = (int)(((int64_t)hv * p.slots + slot) * V);
+                const int drow = (int)(((int64_t)hv * p.slots + slot) * 2 * K);
+                const int rrow = (int)(((int64_t)hv * p.slots + slot) * (REC_BYTES / 128));
+                mbar_expect_tx(&bars[0], SM::TX0 + (first ? SM::TX_K : 0u));
+                if (first)
+                    for (int b = 0; b < K / 64; ++b)
+                        tma_load_4d(Ks + b * BOX_BYTES, &p.tm_k, 64 * b, (int)h, tok, brow, &bars[0]);
+                for (int b = 0; b < K / 64; ++b) /* S^T [V][K]: stripes of 64 keys, V rows each */
+                    for (int r = 0; r < V / 64; ++r)
+                        tma_load_2d(sm + SM::SS + tile_off(V, 64 * r, 64 * b), &p.tm_s, 64 * b, srow + 64 * r, &bars[0]);
+                mbar_expect_tx(&bars[1], SM::TX1);
+                for (int b = 0; b < V / 64; ++b)
+                    tma_load_4d(Wb + b * BOX_BYTES, &p.tm_v, 64 * b, (int)hv, tok, brow, &bars[1]);
+                bulk_load(rows, rec + REC_ROWS, R_COUNT * C * 4, &bars[1]);
+                tma_load_2d(sm + SM::TM, &p.tm_rec, 0, rrow, &bars[1]);
+                mbar_expect_tx(&bars[2], SM::TX2);
+                for (int b = 0; b < V / 64; ++b) /* dS' hi, lo [K][V]: stripes of 64 values, K rows each */
+                    for (int r = 0; r < K / 64; ++r) {
+                        tma_load_2d(sm + SM::DS + tile_off(K, 64 * r, 64 * b), &p.tm_ds, 64 * b, drow + 64 * r, &bars[2]);
+                        tma_load_2d(Lo + tile_off(K, 64 * r, 64 * b), &p.tm_ds, 64 * b, drow + K + 64 * r, &bars[2]);
+                    }
+                tma_load_2d(sm + SM::PM, &p.tm_rec, 0, rrow + C, &bars[2]);
+                for (int b = 0; b < V / 64; ++b)
+                    tma_load_4d(sm + SM::DO + b * BOX_BYTES, &p.tm_do, 64 * b, (int)hv, tok, brow, &bars[2]);
+                if (first) {
+                    mbar_expect_tx(&bars[3], SM::TX_K);
+                    for (int b = 0; b < K / 64; ++b)
+                        tma_load_4d(Qs + b * BOX_BYTES, &p.tm_q, 64 * b, (int)h, tok, brow, &bars[3]);
+                }
+            }
+        } else {
+            if (first)
+                load_boxes<T, K, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
+            load_mat_boxes<V, K, NTH>(sm + SM::SS, static_cast<const T *>(p.S) + tile, tid);
+            cp_async_commit();
+            load_boxes<T, V, NTH>(Wb, p.v, L.row, L.t0, hv, L.cl, 0, tid);
+            load_f32(rows, rec + REC_ROWS, R_COUNT * C, tid, NTH);
+            load_mat_boxes<C, C, NTH>(sm + SM::TM, rec, tid);
+            cp_async_commit();
+            load_mat_boxes<K, V, NTH>(sm + SM::DS, dS_ws, tid);
+            load_mat_boxes<K, V, NTH>(Lo, dS_ws + K * V, tid);
+            load_mat_boxes<C, C, NTH>(sm + SM::PM, rec + C * C * sizeof(T), tid);
+            load_boxes<T, V, NTH>(sm + SM::DO, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+            cp_async_commit();
+            if (first)
+                load_boxes<T, K, NTH>(Qs, p.q, L.row, L.t0, h, L.cl, 0, tid);
+            cp_async_commit();
+        }
+        if (tma)
+            mbar_wait(&bars[0], par); /* K, S */
+        else
+            cp_async_wait<3>();
         fence_proxy_async(); /* this thread's copies and stores, before any warpgroup's wgmma reads them */
         __syncthreads();
 
@@ -227,7 +282,10 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         fence();
         wg_mm<T, 0, 0, C, V, K / 16>(x, aK, bS_v, false);
         commit();
-        cp_async_wait<2>(); /* v, rows, T */
+        if (tma)
+            mbar_wait(&bars[1], par); /* v, rows, T */
+        else
+            cp_async_wait<2>();
         fence_proxy_async();
         __syncthreads();
         const float gC = rows[R_GC * C];
@@ -252,7 +310,10 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         wg_wait<0>();
         acc_fence(acc);
         store_acc_sw<T>(sm + SM::VN, acc, m0, cv, lane, 1.f, 1.f);
-        cp_async_wait<1>(); /* dS', Pm, dO */
+        if (tma)
+            mbar_wait(&bars[2], par); /* dS', Pm, dO */
+        else
+            cp_async_wait<1>();
         fence_proxy_async();
         __syncthreads();
         /* K dS' and dU = T^T dVn take the hi + lo parts of dS' and dVn: their bf16 rounding would
@@ -299,7 +360,10 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
         }
         __syncthreads(); /* dVn (hi in Wb, lo in Lo) read by both before dU, Eq, Ek, F1, F2 take their place */
         store_acc_sw<T>(Wb, acc, m0, cv, lane, 1.f, 1.f);
-        cp_async_wait<0>(); /* Q */
+        if (!tma)
+            cp_async_wait<0>(); /* Q */
+        else if (first)
+            mbar_wait(&bars[3], 0);
         fence_proxy_async();
         __syncthreads();
 
@@ -548,6 +612,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const BwdPara
             if (lane == 0)
                 *gpart = make_float2(pa, pb);
         }
+        fence_proxy_async(); /* this thread's stores to the tiles before the next head's TMA writes */
         __syncthreads(); /* every read of this head's tiles done before the next head's copies */
     } /* value heads of the group */
     grad_l2_store<T, NKH>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
