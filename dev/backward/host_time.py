@@ -1,7 +1,9 @@
 """host_time.py - where a small training step's time goes: host (Python + launch) against device,
 for libgdn's chunk_gated_delta_rule forward + backward (and FLA's, when importable), one shape.
 
-    PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so python3 dev/backward/host_time.py [B T H HV]
+    PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so python3 dev/backward/host_time.py [B T H HV] [libgdn]
+
+With `libgdn`: libgdn only (no FLA kernels to compile; for an A/B of two builds of the package).
 
 Per step (fwd: forward without autograd; fwd_ag: forward recording the graph; bwd: backward of a
 kept graph; step: fwd_ag then its backward):
@@ -18,6 +20,7 @@ import libgdn
 from fla_prefill import make_inputs, time_ms
 
 B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (1, 8192, 2, 8)
+only_libgdn = sys.argv[-1] == "libgdn"
 q, k, v, g, beta = make_inputs(B, T, H, HV)
 beta = beta.bfloat16()
 do = torch.randn_like(v)
@@ -66,7 +69,8 @@ try:
     import fla.ops.common.chunk_o as fla_chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
     fla_chunk_o.TRITON_ABOVE_3_7_1 = True  # timing only
-    peers.append(("FLA", fla_chunk))
+    if not only_libgdn:
+        peers.append(("FLA", fla_chunk))
 except ImportError:
     pass
 print(f"B{B} T{T} H{H} HV{HV}, {torch.cuda.get_device_name()}")

@@ -11,11 +11,34 @@ AVAILABLE = hasattr(torch, "library") and hasattr(torch.library, "custom_op") an
 
 
 _fakes = {}  # id(op) -> its fake implementation, taking the op's arguments
+_bodies = {}  # id(op) -> the decorated function itself
 
 
 def fake_of(op):
     """The fake implementation of an op made by custom_op."""
     return _fakes[id(op)]
+
+
+def compiling():
+    """Whether torch.compile or torch.export is tracing the caller (False on torch without them)."""
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
+
+
+def eager(t):
+    """Whether a call on tensor t may run the op's body directly: outside tracing, on a plain tensor
+    with storage (not a fake, functional or meta tensor of a tracer)."""
+    return type(t) is torch.Tensor and not t.is_meta and not compiling()
+
+
+def call(op, *args):
+    """op(*args), through its body directly where eager(args[0]): the dispatcher's round trip for a
+    custom op (argument checks, autograd wrapping) is a large part of a small call's host time, which
+    bounds small eager training steps and eager decoding. Only for ops that mutate nothing (the dispatcher bumps the version
+    counters of mutated inputs) and that are either forward-only (the public functions warn where
+    gradients are asked for) or differentiated by the caller where they run eagerly (ops.py's
+    _ChunkFunction): the body is not differentiable by itself."""
+    return _bodies[id(op)](*args) if eager(args[0]) else op(*args)
 
 
 def custom_op(name, *, mutates_args, fake, autograd=None):
@@ -41,5 +64,6 @@ def custom_op(name, *, mutates_args, fake, autograd=None):
             if autograd is not None:
                 op.register_autograd(autograd[1], setup_context=autograd[0])
         _fakes[id(op)] = fake_impl
+        _bodies[id(op)] = fn
         return op
     return wrap

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _capi as C
-from ._custom_ops import custom_op
+from ._custom_ops import call, custom_op
 
 Tensor = torch.Tensor
 
@@ -396,8 +396,8 @@ def chunk_grads(q, k, v, g, a, A_log, dt_bias, beta, beta_from_logits, allow_neg
         do = do.to(v.dtype)
     if dht is not None and initial_state is not None and dht.dtype != initial_state.dtype:
         dht = dht.to(initial_state.dtype)
-    dq, dk, dv, dgate, dA_log, ddt_bias, dbeta, dh0 = chunk_bwd(
-        q, k, v, g, a, A_log, dt_bias, beta, bool(beta_from_logits), bool(allow_neg_eigval), float(scale),
+    dq, dk, dv, dgate, dA_log, ddt_bias, dbeta, dh0 = call(
+        chunk_bwd, q, k, v, g, a, A_log, dt_bias, beta, bool(beta_from_logits), bool(allow_neg_eigval), float(scale),
         bool(use_qk_l2norm), cu_seqlens, bool(state_v_first), initial_state, do, dht, saved_states, caller)
     return (dq, dk, dv, dgate if g is not None else None, dgate if a is not None else None,
             dA_log if a is not None else None, ddt_bias if dt_bias is not None else None, dbeta,

@@ -16,6 +16,8 @@ per process); options that would change the result and that libgdn does not impl
 The functions resolve their arguments here (plain torch, traceable) and call the custom ops of
 _kernels.py (libgdn::chunk_fwd, chunk_fwd_pool, chunk_bwd, recurrent_fwd, recurrent_fwd_inplace, gating),
 which torch.compile traces without graph breaks where torch >= 2.4 provides torch.library.custom_op.
+Eager calls of the ops that mutate nothing run their bodies directly (_custom_ops.call), without the
+dispatcher's host time; there _ChunkFunction differentiates the chunked forward.
 """
 
 import collections
@@ -379,10 +381,11 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
 
 
 def _op_differentiates(opts, q):
-    """Whether the call runs on libgdn::chunk_fwd as a torch custom op (torch >= 2.4), which has
-    gdn_chunk_bwd registered as its derivative (traced by torch.compile like the forward). Elsewhere
-    (older torch, or a CUDA call sent to the recurrent kernel) _ChunkFunction differentiates."""
-    return _custom_ops.AVAILABLE and not _recurrent_instead(opts.fn, q, opts.kind)
+    """Whether the call runs on libgdn::chunk_fwd as a torch custom op (torch >= 2.4, under
+    torch.compile or another tracer), which has gdn_chunk_bwd registered as its derivative (traced
+    like the forward). Elsewhere (eager calls, which skip the dispatcher: _custom_ops.call; older
+    torch; a CUDA call sent to the recurrent kernel) _ChunkFunction differentiates."""
+    return _custom_ops.AVAILABLE and not _custom_ops.eager(q) and not _recurrent_instead(opts.fn, q, opts.kind)
 
 
 # The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated); a named
@@ -417,9 +420,9 @@ def _chunk_forward(o, q, k, v, g, a, A_log, dt_bias, beta, h0, save_states=False
                                          o.state_v_first, h0, None, None, False, False,
                                          1 if o.output_final_state else 0, o.state_dtype)
         return out, (final if final is not None else torch.empty(0, dtype=torch.float32, device=q.device)), None
-    return chunk_fwd(q, k, v, g, a, A_log, dt_bias, beta, o.kind, o.lower_bound, o.beta_from_logits,
-                     o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu, o.state_v_first, h0, o.output_final_state,
-                     o.state_dtype, bool(save_states), o.fn)
+    return _custom_ops.call(chunk_fwd, q, k, v, g, a, A_log, dt_bias, beta, o.kind, o.lower_bound,
+                            o.beta_from_logits, o.allow_neg_eigval, o.scale, o.use_qk_l2norm, o.cu, o.state_v_first,
+                            h0, o.output_final_state, o.state_dtype, bool(save_states), o.fn)
 
 
 class _ChunkFunction(torch.autograd.Function):
@@ -430,6 +433,9 @@ class _ChunkFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, a, A_log, dt_bias, beta, h0, opts):
         ctx.opts = opts
+        # Unused outputs' gradients stay None (no zero fill of the final state's size), as in the op's
+        # registered derivative.
+        ctx.set_materialize_grads(False)
         o, final, saved = _chunk_forward(opts, q, k, v, g, a, A_log, dt_bias, beta, h0, True)
         ctx.save_for_backward(q, k, v, g, a, A_log, dt_bias, beta, h0, saved)
         if not opts.output_final_state:
@@ -639,7 +645,7 @@ def _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, softplus_beta, sof
               ssm_state_indices, num_accepted_tokens, bool(null_slot_zero))
     if inplace:
         return recurrent_fwd_inplace(*common, fn), None
-    o, states = recurrent_fwd(*common, int(states_out), states_dtype, fn)
+    o, states = _custom_ops.call(recurrent_fwd, *common, int(states_out), states_dtype, fn)
     return o, (states if states_out else None)
 
 
@@ -650,9 +656,9 @@ def _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, softplus_beta, sof
 def _gating_call(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold):
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"{fn}: a must be a torch.Tensor")
-    g, beta = gating(a, _f32(A_log).contiguous() if A_log is not None else None, _f32(dt_bias), b,
-                     beta_dtype if beta_dtype is not None else torch.float32, float(softplus_beta),
-                     float(softplus_threshold), fn)
+    g, beta = _custom_ops.call(gating, a, _f32(A_log).contiguous() if A_log is not None else None, _f32(dt_bias), b,
+                               beta_dtype if beta_dtype is not None else torch.float32, float(softplus_beta),
+                               float(softplus_threshold), fn)
     return g, (beta if b is not None else None)
 
 

@@ -139,11 +139,12 @@ def test_compile_fullgraph(device, backend):
 
 
 @needs_custom_ops
-def test_compile_backward():
-    """Training under torch.compile (CPU; the CUDA backward is not written yet): libgdn::chunk_fwd's
-    registered derivative is traced into the backward graph, and the gradients equal eager ones."""
+def test_compile_backward(device):
+    """Training under torch.compile: libgdn::chunk_fwd's registered derivative is traced into the
+    backward graph, and its gradients equal those of the eager path (which skips the dispatcher and
+    differentiates through ops._ChunkFunction)."""
     torch._dynamo.reset()
-    q, k, v, g, beta = inputs("cpu", dtype=torch.float32)
+    q, k, v, g, beta = inputs(device, dtype=torch.float32 if device == "cpu" else torch.bfloat16)
 
     def loss(q, k, v, g, beta):
         o, h = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
@@ -156,3 +157,29 @@ def test_compile_backward():
         grads.append([t.grad for t in leaves])
     for want, got in zip(*grads):
         assert rel_err(got, want) < 1e-6
+
+
+def test_eager_dispatch():
+    """Eager calls on plain tensors run the ops' bodies directly; tracers' tensors (meta here) go
+    through the ops."""
+    q = inputs("cpu")[0]
+    assert _custom_ops.eager(q)
+    assert not _custom_ops.eager(q.to("meta"))
+
+
+@needs_custom_ops
+def test_eager_body_equals_op(device):
+    """The body run directly gives the op's outputs bitwise, and a meta call of a public function
+    is answered by the op's fake implementation."""
+    for case in ("chunk", "chunk-bwd", "recurrent-final", "gating"):
+        _, op, args = next(c for c in op_cases(device) if c[0] == case)
+        torch.manual_seed(0)
+        via_op = op(*args)
+        got = _custom_ops.call(op, *args)
+        for x, y in zip(got, via_op):
+            if x.dtype == torch.uint8:  # the saved states' buffer: its padding is not written
+                continue
+            assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y), case
+    a, A_log = torch.randn(B, HV, device="meta"), torch.randn(HV, device="meta")
+    g, beta = libgdn.fused_gdn_gating(A_log, a, torch.randn(B, HV, device="meta"), torch.randn(HV, device="meta"))
+    assert g.is_meta and beta.is_meta and g.shape[-1] == HV
