@@ -5,6 +5,8 @@
 #ifndef GDN_SM90_CHUNK_COMMON_CUH
 #define GDN_SM90_CHUNK_COMMON_CUH
 
+#include <cuda.h>
+
 #include "cuda_common.cuh"
 #include "cuda_gate.cuh"
 #include "sm90_primitives.cuh"
@@ -83,6 +85,8 @@ struct ChunkParams {
     int64_t coop_first;        /* launch_coop: prep items done before the grid (KDA), in coop_item's order */
     const int32_t *cu;         /* [N + 1] or NULL */
     const void *q, *k, *v;     /* [B, T, H, K] / [B, T, HV, V] */
+    int tma;                   /* the CP pre pass's K, V tiles of whole chunks by TMA (gdn_cuda_tma_rows) */
+    CUtensorMap tm_k, tm_v;
     void *o;
     int64_t q_b, q_t, q_h, k_b, k_t, k_h, v_b, v_t, v_h, o_b, o_t, o_h;
     const float *g;            /* [B, T, HV] (KDA [B, T, HV, K]) or NULL */

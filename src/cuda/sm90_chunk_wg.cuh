@@ -74,7 +74,7 @@ template <int K, bool PRE, bool KDA = false> struct WgSmem {
  * KDA: the records are kda_prep's (KdaRec): Q~, K~ and K^ replace Q, K and K in the products and
  * carry every decay and row factor but exp(Gam_C), by which S^T's columns (keys) decay. */
 template <int K, typename T, bool PRE, bool SERVE, bool KDA = false>
-__global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const ChunkParams p)
+__global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const __grid_constant__ ChunkParams p)
 {
     using namespace gdn_sm90;
     using L = WgSmem<K, PRE, KDA>;
@@ -246,7 +246,21 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         const T *qp = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (t0 + qk_r0) * p.q_t;
         const T *kp = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (t0 + qk_r0) * p.k_t;
         const T *vp = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
-        if constexpr (!KDA) { /* KDA: Q~, K~ and K^ come with the record */
+        /* The CP pre pass takes K and V of whole chunks by TMA, one thread, their bytes expected on
+         * the stage's barrier (the copy threads' arrivals still wait for the record's cp.async
+         * copies). Partial chunks keep cp.async with zero fill, since a box would read the next
+         * sequence's rows; the main pass keeps it too (TMA there was slower at 2 x 16384 H16 and no
+         * faster elsewhere: dev/prefill/README.md). */
+        const bool whole = !KDA && PRE && p.tma && cl == C;
+        if (whole && pt == 0) {
+            mbar_expect_bytes(&full[stage], (uint32_t)(KB * L::B) + (v_real ? (uint32_t)L::B : 0u));
+#pragma unroll
+            for (int b = 0; b < KB; ++b)
+                tma_load_4d(base + L::KT + b * L::B, &p.tm_k, 64 * b, (int)h, (int)t0, (int)sq.row, &full[stage]);
+            if (v_real)
+                tma_load_4d(base + L::V, &p.tm_v, (int)v0, (int)hv, (int)t0, (int)sq.row, &full[stage]);
+        }
+        if (!KDA && !whole) { /* KDA: Q~, K~ and K^ come with the record */
 #pragma unroll
             for (int it = 0; it < C / QK_RP; ++it) {
                 const int r = qk_r0 + QK_RP * it;
@@ -259,7 +273,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 kp += k_step;
             }
         }
-        if (v_real)
+        if (v_real && !whole)
 #pragma unroll
             for (int it = 0; it < C / V_RP; ++it) {
                 const int r = v_r0 + V_RP * it;

@@ -105,6 +105,11 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
+/* Expects `bytes` more of bulk copies to complete on bar, without an arrival. */
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
 /* try_wait suspends the thread for a hardware-chosen time before it fails, so the loop does not spin hot. */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 {
