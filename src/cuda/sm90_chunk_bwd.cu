@@ -222,5 +222,7 @@ extern "C" gdn_status gdn_cuda_chunk_bwd(const gdn_bwd_problem *bp)
     prm.tma_dv = gdn_cuda_tma_rows(&prm.tm_dv, &bp->dv, p->B, p->T, p->HV, p->V);
     prm.tma_grad = prm.tma && gdn_cuda_tma_rows(&prm.tm_v, &p->v, p->B, p->T, p->HV, p->V) &&
                    gdn_cuda_tma_mat(&prm.tm_s, prm.S, p->q.dtype, (int64_t)prm.slots * p->HV * p->V, p->K);
+    prm.tma_dqk = gdn_cuda_tma_rows(&prm.tm_dq, &bp->dq, p->B, p->T, p->H, p->K) &&
+                  gdn_cuda_tma_rows(&prm.tm_dk, &bp->dk, p->B, p->T, p->H, p->K);
     return p->q.dtype == GDN_DTYPE_BF16 ? launch_dims<__nv_bfloat16>(p, prm, stream) : launch_dims<__half>(p, prm, stream);
 }

@@ -53,9 +53,10 @@ struct BwdParams {
      * the loads of q, k {d, h, t, b}, d_o {v, hv, t, b} and the records' T and Pm (as
      * [HV * slots * REC_BYTES / 128][64]), and the stores of dS' (as [HV * slots * 2 K][V]); tma_dv:
      * the stores of dv {v, hv, t, b}. tma_grad: bwd_grad's loads, with also v {v, hv, t, b} and
-     * the saved S^T (as [HV * slots * V][K]). Matrix maps take boxes of 64 x 64. */
-    int tma, tma_dv, tma_grad;
-    CUtensorMap tm_q, tm_k, tm_do, tm_rec, tm_ds, tm_dv, tm_v, tm_s;
+     * the saved S^T (as [HV * slots * V][K]); tma_dqk: bwd_grad's stores of dq, dk {d, h, t, b}.
+     * Matrix maps take boxes of 64 x 64. */
+    int tma, tma_dv, tma_grad, tma_dqk;
+    CUtensorMap tm_q, tm_k, tm_do, tm_rec, tm_ds, tm_dv, tm_v, tm_s, tm_dq, tm_dk;
 };
 
 /* Element (key r, value col) of state n, head hv in a state view (s = {n, hv, k, v}). */

@@ -79,11 +79,17 @@ template <int N> __device__ __forceinline__ void wg_wait() { gdn_sm90::commit();
 /* dq or dk from its gradient in the normalised space (summed over the group): dx = r (dxn - xn
  * (xn . dxn)) with xn = r x (r = 1 without the L2 norm), on the warp's key columns cc .. cc + K / 2
  * of rows i0, i1 (x in the swizzled tile xs); the row dots over both column halves meet in dotp
- * ([2][C]), summed in a fixed order. Every thread of the CTA calls it (one barrier). */
+ * ([2][C]), summed in a fixed order. Every thread of the CTA calls it (one or two barriers).
+ * With a map (whole chunks), dx replaces x in xs, each thread its own elements, and one thread
+ * stores the tile by TMA: the threads' 4-byte global stores (16 bytes of a row per warp
+ * instruction) are far more requests than the tile's 128-byte lines, and they held up the CTA's
+ * end, where nothing else runs on the SM. That thread waits for the store's reads of xs later
+ * (bulk_wait_read), before the CTA exits. */
 template <typename T, int NKH>
-__device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const unsigned char *xs, const float *r,
+__device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], unsigned char *xs, const float *r,
                                               float *dotp, int half, int cc, int i0, int i1, int t, int cl,
-                                              const gdn_view &dx, int64_t row, int64_t t0, int64_t head, bool l2norm)
+                                              const gdn_view &dx, int64_t row, int64_t t0, int64_t head, bool l2norm,
+                                              const CUtensorMap *map)
 {
     const int g = i0 & 7;
     float s0 = 0.f, s1 = 0.f;
@@ -117,6 +123,10 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const u
             const float2 xv = ld_pair<T>(xs, i, d, g);
             const float a = ri * (gx[nt][2 * hr] - xv.x * pi);
             const float b = ri * (gx[nt][2 * hr + 1] - xv.y * pi);
+            if (map) {
+                st_pair<T>(xs, i, d, g, a, b);
+                continue;
+            }
             T *dst = base + i * dx.s[1] + d * dx.s[3];
             if (dx.s[3] == 1 && ((uintptr_t)dst & 3) == 0) {
                 *reinterpret_cast<uint32_t *>(dst) = Mma16<T>::pack(a, b);
@@ -124,6 +134,16 @@ __device__ __forceinline__ void grad_l2_store(const float (&gx)[NKH][4], const u
                 dst[0] = gdn_from_f32<T>(a);
                 dst[dx.s[3]] = gdn_from_f32<T>(b);
             }
+        }
+    }
+    if (map) {
+        gdn_sm90::fence_proxy_async(); /* the tile's generic writes, before the async proxy reads them */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int b = 0; b < NKH / 4; ++b)
+                gdn_sm90::tma_store_4d(map, 64 * b, (int)head, (int)t0, (int)row, xs + b * gdn_sm90::BOX_BYTES);
+            gdn_sm90::bulk_commit();
         }
     }
 }
@@ -561,12 +581,13 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
                 const int i = 2 * lane + e;
                 dgam[e] = (r0[i] + r1[i]) + ((colp[i] + colp[C + i]) + (colp[2 * C + i] + colp[3 * C + i]));
             }
-            if (lane == 31) {
-                float gsum = 0.f;
-                for (int i = 0; i < C; ++i)
-                    gsum += r0[2 * C + i] + r1[2 * C + i];
+            /* The S'-terms of dGam_C: two rows a lane, then a butterfly (a fixed tree, every lane the total). */
+            float gsum = (r0[2 * C + 2 * lane] + r1[2 * C + 2 * lane]) + (r0[2 * C + 2 * lane + 1] + r1[2 * C + 2 * lane + 1]);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                gsum += __shfl_xor_sync(0xffffffffu, gsum, off);
+            if (lane == 31)
                 dgam[1] += gC * (((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]))) + gsum;
-            }
             /* Suffix sums: inclusive scan of the pairs from the top lane down. */
             float s = dgam[0] + dgam[1];
 #pragma unroll
@@ -615,8 +636,13 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
         fence_proxy_async(); /* this thread's stores to the tiles before the next head's TMA writes */
         __syncthreads(); /* every read of this head's tiles done before the next head's copies */
     } /* value heads of the group */
-    grad_l2_store<T, NKH>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm);
-    grad_l2_store<T, NKH>(dks, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm);
+    const bool tma_dqk = p.tma_dqk && L.cl == C;
+    grad_l2_store<T, NKH>(dqs, Qs, rq, dotq, half, ckc, i0, i1, t, L.cl, p.dq, L.row, L.t0, h, p.l2norm,
+                          tma_dqk ? &p.tm_dq : nullptr);
+    grad_l2_store<T, NKH>(dks, Ks, rk, dotk, half, ckc, i0, i1, t, L.cl, p.dk, L.row, L.t0, h, p.l2norm,
+                          tma_dqk ? &p.tm_dk : nullptr);
+    if (tma_dqk && tid == 0)
+        bulk_wait_read<0>();
 }
 
 /* dA_log[hv], ddt_bias[hv]: the slots' partials in a fixed order (strided shares, then a fixed tree). */
