@@ -25,10 +25,17 @@ def compiling():
     return bool(is_compiling()) if is_compiling is not None else False
 
 
+# torch.func's wrapped tensors report type torch.Tensor; they go through the op, whose registered
+# derivative torch.func can transform (ops._ChunkFunction's old-style forward it cannot).
+_functorch_wrapped = getattr(getattr(getattr(torch, "_C", None), "_functorch", None), "is_functorch_wrapped_tensor",
+                             None)
+
+
 def eager(t):
     """Whether a call on tensor t may run the op's body directly: outside tracing, on a plain tensor
-    with storage (not a fake, functional or meta tensor of a tracer)."""
-    return type(t) is torch.Tensor and not t.is_meta and not compiling()
+    with storage (not a fake, functional or meta tensor of a tracer, nor one of torch.func's)."""
+    return (type(t) is torch.Tensor and not t.is_meta and not compiling()
+            and not (_functorch_wrapped is not None and _functorch_wrapped(t)))
 
 
 def call(op, *args):

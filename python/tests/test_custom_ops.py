@@ -160,11 +160,15 @@ def test_compile_backward(device):
 
 
 def test_eager_dispatch():
-    """Eager calls on plain tensors run the ops' bodies directly; tracers' tensors (meta here) go
-    through the ops."""
+    """Eager calls on plain tensors run the ops' bodies directly; tracers' tensors (meta here) and
+    torch.func's go through the ops."""
     q = inputs("cpu")[0]
     assert _custom_ops.eager(q)
     assert not _custom_ops.eager(q.to("meta"))
+    func = getattr(torch, "func", None) or pytest.importorskip("functorch")
+    seen = []
+    func.grad(lambda x: (seen.append(_custom_ops.eager(x)), x.sum())[1])(q.float())
+    assert seen == [False]  # torch.func's tensors go through the ops
 
 
 @needs_custom_ops
