@@ -24,6 +24,7 @@ import collections
 import warnings
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _capi as C
 from . import _custom_ops
@@ -443,6 +444,7 @@ class _ChunkFunction(torch.autograd.Function):
         return o, final
 
     @staticmethod
+    @once_differentiable  # gdn_chunk_bwd has no derivative: a second order says so when it reaches it
     def backward(ctx, do, dht):
         o = ctx.opts
         q, k, v, g, a, A_log, dt_bias, beta, h0, saved = ctx.saved_tensors

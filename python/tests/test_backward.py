@@ -50,6 +50,18 @@ def test_gradcheck_plain(gen):
     gradcheck(fn, map(leaf, (q, k, v, g, beta)), gen)
 
 
+def test_second_order_raises(gen):
+    """The backward has no derivative: a gradient of a gradient is an error, not a silent zero."""
+    B, T, H, HV = 1, 5, 1, 1
+    q, k, v = (leaf(rnd(gen, B, T, H, K)) for _ in range(3))
+    g = leaf(F.logsigmoid(rnd(gen, B, T, HV)))
+    beta = leaf(torch.rand(B, T, HV, generator=gen, dtype=torch.float64))
+    o, _ = libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    dq, = torch.autograd.grad((o * o).sum(), q, create_graph=True)  # do = 2 o carries a graph
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        dq.sum().backward()
+
+
 def test_gradcheck_l2norm_states(gen):
     """The V-first state layout, both states in the loss; q, k, v stay constants here (checked in the
     other groups) so that the 4096 elements of the state keep the check cheap."""
