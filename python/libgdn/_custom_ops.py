@@ -29,23 +29,33 @@ def compiling():
 # derivative torch.func can transform (ops._ChunkFunction's old-style forward it cannot).
 _functorch_wrapped = getattr(getattr(getattr(torch, "_C", None), "_functorch", None), "is_functorch_wrapped_tensor",
                              None)
+_dispatch_modes = getattr(getattr(torch, "_C", None), "_len_torch_dispatch_stack", None)
 
 
-def eager(t):
-    """Whether a call on tensor t may run the op's body directly: outside tracing, on a plain tensor
-    with storage (not a fake, functional or meta tensor of a tracer, nor one of torch.func's)."""
-    return (type(t) is torch.Tensor and not t.is_meta and not compiling()
+def _plain(t):
+    """A plain tensor with storage: not a fake, functional or meta tensor of a tracer, nor one of
+    torch.func's."""
+    return (type(t) is torch.Tensor and not t.is_meta
             and not (_functorch_wrapped is not None and _functorch_wrapped(t)))
 
 
+def eager(*args):
+    """Whether a call on these arguments may run the op's body directly: no tracer (torch.compile,
+    torch.export, torch.jit.trace) and no dispatch mode (make_fx, FlopCounterMode, ...) would miss
+    it, and every tensor argument is plain."""
+    if compiling() or torch.jit.is_tracing() or (_dispatch_modes is not None and _dispatch_modes() > 0):
+        return False
+    return all(_plain(t) for t in args if isinstance(t, torch.Tensor))
+
+
 def call(op, *args):
-    """op(*args), through its body directly where eager(args[0]): the dispatcher's round trip for a
-    custom op (argument checks, autograd wrapping) is a large part of a small call's host time, which
-    bounds small eager training steps and eager decoding. Only for ops that mutate nothing (the dispatcher bumps the version
-    counters of mutated inputs) and that are either forward-only (the public functions warn where
-    gradients are asked for) or differentiated by the caller where they run eagerly (ops.py's
-    _ChunkFunction): the body is not differentiable by itself."""
-    return _bodies[id(op)](*args) if eager(args[0]) else op(*args)
+    """op(*args), through its body directly where eager(*args): the dispatcher's round trip for a
+    custom op (argument checks, autograd wrapping) is a large part of a small call's host time,
+    which bounds small eager training steps and eager decoding. Only for ops that mutate nothing
+    (the dispatcher bumps the version counters of mutated inputs) and that are either forward-only
+    (the public functions warn where gradients are asked for) or differentiated by the caller
+    where they run eagerly (ops.py's _ChunkFunction): the body is not differentiable by itself."""
+    return _bodies[id(op)](*args) if eager(*args) else op(*args)
 
 
 def custom_op(name, *, mutates_args, fake, autograd=None):

@@ -373,7 +373,7 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     opts = _chunk_options(fn, kind, lower_bound, beta_from_logits, allow_neg_eigval, scale, use_qk_l2norm, cu,
                          state_v_first, output_final_state, state_dtype)
     train = kind == C.GDN_GATE_GDN and _grad_needed(q, k, v, g, a, A_log, dt_bias, beta, h0)
-    if train and not _op_differentiates(opts, q):
+    if train and not _op_differentiates(opts, q, k, v, g, a, A_log, dt_bias, beta, h0):
         o, final = _ChunkFunction.apply(q, k, v, g, a, A_log, dt_bias, beta, h0, opts)
     else:
         # Where the op differentiates, its forward saves the states its backward reads.
@@ -381,12 +381,13 @@ def _chunk_call(fn, q, k, v, kind, gate, lower_bound, beta, beta_from_logits, al
     return o, (final if output_final_state else None)
 
 
-def _op_differentiates(opts, q):
+def _op_differentiates(opts, q, *tensors):
     """Whether the call runs on libgdn::chunk_fwd as a torch custom op (torch >= 2.4, under
     torch.compile or another tracer), which has gdn_chunk_bwd registered as its derivative (traced
     like the forward). Elsewhere (eager calls, which skip the dispatcher: _custom_ops.call; older
     torch; a CUDA call sent to the recurrent kernel) _ChunkFunction differentiates."""
-    return _custom_ops.AVAILABLE and not _custom_ops.eager(q) and not _recurrent_instead(opts.fn, q, opts.kind)
+    return (_custom_ops.AVAILABLE and not _custom_ops.eager(q, *tensors)
+            and not _recurrent_instead(opts.fn, q, opts.kind))
 
 
 # The non-tensor arguments of one chunked call (and cu_seqlens, never differentiated); a named
@@ -658,6 +659,7 @@ def _recurrent_dispatch(fn, q, k, v, kind, gate, lower_bound, softplus_beta, sof
 def _gating_call(fn, a, A_log, dt_bias, b, beta_dtype, softplus_beta, softplus_threshold):
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"{fn}: a must be a torch.Tensor")
+    _forward_only(fn, a, A_log, dt_bias, b)
     g, beta = _custom_ops.call(gating, a, _f32(A_log).contiguous() if A_log is not None else None, _f32(dt_bias), b,
                                beta_dtype if beta_dtype is not None else torch.float32, float(softplus_beta),
                                float(softplus_threshold), fn)

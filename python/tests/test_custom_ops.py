@@ -160,15 +160,30 @@ def test_compile_backward(device):
 
 
 def test_eager_dispatch():
-    """Eager calls on plain tensors run the ops' bodies directly; tracers' tensors (meta here) and
-    torch.func's go through the ops."""
+    """Eager calls on plain tensors run the ops' bodies directly; calls with a tracer's tensor (meta
+    here) or torch.func's in any argument, and calls under torch.jit.trace, go through the ops."""
     q = inputs("cpu")[0]
-    assert _custom_ops.eager(q)
+    assert _custom_ops.eager(q, None, q, 1.0)
     assert not _custom_ops.eager(q.to("meta"))
+    assert not _custom_ops.eager(q, None, q.to("meta"))
     func = getattr(torch, "func", None) or pytest.importorskip("functorch")
     seen = []
-    func.grad(lambda x: (seen.append(_custom_ops.eager(x)), x.sum())[1])(q.float())
-    assert seen == [False]  # torch.func's tensors go through the ops
+    func.grad(lambda x: (seen.append(_custom_ops.eager(q, x)), x.sum())[1])(q.float())
+    torch.jit.trace(lambda x: (seen.append(_custom_ops.eager(x)), x * 2)[1], (q.float(),), check_trace=False)
+    assert seen == [False, False]
+
+
+def test_eager_call_runs_the_body(monkeypatch):
+    """_custom_ops.call runs the body itself on plain tensors (on every torch), and an eager
+    training call differentiates through ops._ChunkFunction."""
+    _, op, args = next(c for c in op_cases("cpu") if c[0] == "gating")
+    body, ran = _custom_ops._bodies[id(op)], []
+    monkeypatch.setitem(_custom_ops._bodies, id(op), lambda *a: (ran.append(1), body(*a))[1])
+    _custom_ops.call(op, *args)
+    assert ran == [1]
+    q, k, v, g, beta = (t.float().requires_grad_(True) for t in inputs("cpu"))
+    o, _ = libgdn.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert type(o.grad_fn).__name__ == "_ChunkFunctionBackward"
 
 
 @needs_custom_ops

@@ -169,14 +169,17 @@ def test_struct_layout_matches_header():
 
 
 def test_forward_only_warning():
-    """The recurrent function has no backward: it warns when autograd would expect one (the chunked
-    function differentiates, test_backward.py)."""
+    """The recurrent function and the gating helpers have no backward: they warn when autograd would
+    expect one (the chunked function differentiates, test_backward.py)."""
     q, k, v, g, beta = inputs("cpu")
     q.requires_grad_(True)
     with pytest.warns(UserWarning, match="forward-only"):
         libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
     with torch.no_grad():
         libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta)
+    a, A_log = torch.randn(2, 4, requires_grad=True), torch.randn(4)
+    with pytest.warns(UserWarning, match="forward-only"):
+        libgdn.fused_gdn_gating(A_log, a, torch.randn(2, 4), torch.randn(4))
 
 
 def test_chunk_unsupported_is_not_rerun(monkeypatch, c_calls):
