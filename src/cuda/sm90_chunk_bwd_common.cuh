@@ -49,7 +49,7 @@ struct BwdParams {
      * head) and rseg, cp_pre [V + K][K] and cp_start [V][K] f32 (workspace). */
     int64_t nseg, seg_chunks;
     float *cp_pre, *cp_start;
-    /* TMA maps for bwd_rev's copies of whole chunks (gdn_cuda_tma_rows, gdn_cuda_tma_mat). tma:
+    /* TMA maps for bwd_rev's and bwd_grad's copies of whole chunks (gdn_cuda_tma_rows, gdn_cuda_tma_mat). tma:
      * the loads of q, k {d, h, t, b}, d_o {v, hv, t, b} and the records' T and Pm (as
      * [HV * slots * REC_BYTES / 128][64]), and the stores of dS' (as [HV * slots * 2 K][V]); tma_dv:
      * the stores of dv {v, hv, t, b}. tma_grad: bwd_grad's loads, with also v {v, hv, t, b} and

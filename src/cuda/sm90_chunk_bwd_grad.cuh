@@ -82,7 +82,7 @@ template <int N> __device__ __forceinline__ void wg_wait() { gdn_sm90::commit();
  * ([2][C]), summed in a fixed order. Every thread of the CTA calls it (one or two barriers).
  * With a map (whole chunks), dx replaces x in xs, each thread its own elements, and one thread
  * stores the tile by TMA: the threads' 4-byte global stores (16 bytes of a row per warp
- * instruction) are far more requests than the tile's 128-byte lines, and they held up the CTA's
+ * instruction) are far more requests than the tile's 128-byte lines, and they sit at the CTA's
  * end, where nothing else runs on the SM. That thread waits for the store's reads of xs later
  * (bulk_wait_read), before the CTA exits. */
 template <typename T, int NKH>

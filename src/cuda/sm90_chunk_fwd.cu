@@ -402,12 +402,6 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     prm.k_b = io_s[1][0], prm.k_t = io_s[1][1], prm.k_h = io_s[1][2];
     prm.v_b = io_s[2][0], prm.v_t = io_s[2][1], prm.v_h = io_s[2][2];
     prm.o_b = io_s[3][0], prm.o_t = io_s[3][1], prm.o_h = io_s[3][2];
-    {
-        const gdn_view kv = {io[1], p->q.dtype, {io_s[1][0], io_s[1][1], io_s[1][2], io_s[1][3]}};
-        const gdn_view vv = {io[2], p->q.dtype, {io_s[2][0], io_s[2][1], io_s[2][2], io_s[2][3]}};
-        prm.tma = gdn_cuda_tma_rows(&prm.tm_k, &kv, p->B, p->T, p->H, p->K) &&
-                  gdn_cuda_tma_rows(&prm.tm_v, &vv, p->B, p->T, p->HV, p->V);
-    }
     prm.g = static_cast<const float *>(p->g.data);
     prm.g_b = p->g.s[0], prm.g_t = p->g.s[1], prm.g_h = p->g.s[2], prm.g_r = p->g.s[3];
     prm.a = p->a.data;
@@ -460,6 +454,11 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
     if (cp.seg_chunks > 0) {
         prm.cp_pre = reinterpret_cast<float *>(prm.ws + chunk_ws_bytes(p));
         prm.cp_start = prm.cp_pre + (size_t)(p->N * p->HV * cp.nseg) * (size_t)(p->V + p->K) * (size_t)p->K;
+        /* The pre pass's maps (only it loads by TMA), over the kernels' view of k and v. */
+        const gdn_view kv = {io[1], p->q.dtype, {io_s[1][0], io_s[1][1], io_s[1][2], io_s[1][3]}};
+        const gdn_view vv = {io[2], p->q.dtype, {io_s[2][0], io_s[2][1], io_s[2][2], io_s[2][3]}};
+        prm.tma = gdn_cuda_tma_rows(&prm.tm_k, &kv, p->B, p->T, p->H, p->K) &&
+                  gdn_cuda_tma_rows(&prm.tm_v, &vv, p->B, p->T, p->HV, p->V);
     }
 
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);

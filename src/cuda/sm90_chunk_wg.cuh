@@ -17,9 +17,9 @@
  *                                chunk c + 2 with cp.async into a three-stage ring, rows past
  *                                the sequence end zero-filled. One warp alone cannot issue the
  *                                ~3250 copies of a chunk in time: the other warpgroups would
- *                                wait for it.
- *                                Not TMA: its boxes would read the next sequence's rows past a
- *                                varlen sequence's end instead of zeros.
+ *                                wait for it. The CP pre pass takes K and V of whole chunks by
+ *                                TMA; a box of a partial chunk would read the next sequence's
+ *                                rows past a varlen sequence's end instead of zeros.
  * Every tile is a 128-byte-swizzled box (sm90_primitives.cuh), so wgmma reads them through
  * descriptors. The workspace keeps only the lower-triangular 16 x 16 blocks of Tb and Pm; the
  * blocks above the diagonal are zeroed once per stage at the start and never written again, so
@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         /* The CP pre pass takes K and V of whole chunks by TMA, one thread, their bytes expected on
          * the stage's barrier (the copy threads' arrivals still wait for the record's cp.async
          * copies). Partial chunks keep cp.async with zero fill, since a box would read the next
-         * sequence's rows; the main pass keeps it too (TMA there was slower at 2 x 16384 H16 and no
-         * faster elsewhere: dev/prefill/README.md). */
+         * sequence's rows; the main pass keeps it too, where TMA measured no better
+         * (dev/prefill/README.md). */
         const bool whole = !KDA && PRE && p.tma && cl == C;
         if (whole && pt == 0) {
             mbar_expect_bytes(&full[stage], (uint32_t)(KB * L::B) + (v_real ? (uint32_t)L::B : 0u));
