@@ -231,9 +231,10 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
 
     for (int64_t hv = h * p.G; hv < (h + 1) * p.G; ++hv) {
         const bool first = hv == h * p.G;
-        float2 *gpart = p.gpart + hv * p.slots + slot;
+        const int64_t unit = hv * p.slots + slot; /* (value head, slot) in the [HV][slots] buffers */
+        float2 *gpart = p.gpart + unit;
         const unsigned char *rec = rec_of(p, hv, slot);
-        const size_t tile = ((size_t)hv * p.slots + slot) * K * V;
+        const size_t tile = (size_t)unit * K * V;
         const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
         /* Four copy groups in the order of first use, so that the products start while the later
          * tiles are still in flight (one CTA per SM: nothing else hides the copies): K (first head
@@ -242,9 +243,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
         if (tma) {
             if (tid == 0) {
                 const int tok = (int)L.t0, brow = (int)L.row;
-                const int srow = (int)(((int64_t)hv * p.slots + slot) * V);
-                const int drow = (int)(((int64_t)hv * p.slots + slot) * 2 * K);
-                const int rrow = (int)(((int64_t)hv * p.slots + slot) * (REC_BYTES / 128));
+                const int srow = (int)(unit * V), drow = (int)(unit * 2 * K), rrow = (int)(unit * (REC_BYTES / 128));
                 mbar_expect_tx(&bars[0], SM::TX0 + (first ? SM::TX_K : 0u));
                 if (first)
                     for (int b = 0; b < K / 64; ++b)
