@@ -35,3 +35,27 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
 print(f"B{B} T{T} H{H} HV{HV}: per-kernel CUDA time over 5 backward calls")
 for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]:
     print(f"{e.key[:60]:60s} {e.device_time_total / e.count / 1000:8.3f} ms x {e.count}")
+# The backward's kernels from the first start to the last end, per call (bwd_grad may run beside
+# bwd_rev, so the per-kernel times above need not add up): a call's group ends with bwd_grad or
+# bwd_gate.
+kern = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "gdn_bwd::" in e.name),
+              key=lambda e: e.time_range.start)
+groups = []
+for e in kern:
+    if not groups or any("bwd_grad" in x.name for x in groups[-1]) and "bwd_gate" not in e.name:
+        groups.append([])
+    groups[-1].append(e)
+spans = sorted(max(x.time_range.end for x in gr) - min(x.time_range.start for x in gr) for gr in groups)
+if spans:
+    print(f"{'device span of the backward kernels (median of %d)' % len(spans):60s} {spans[len(spans) // 2] / 1000:8.3f} ms")
+# The whole backward call, first launch to last kernel's end (kernels may overlap, so the
+# per-kernel times above need not add up to it): median of 21 eager calls.
+times = []
+for _ in range(21):
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    o.backward(do, retain_graph=True)
+    t1.record()
+    torch.cuda.synchronize()
+    times.append(t0.elapsed_time(t1))
+print(f"{'backward call (events, median of 21)':60s} {sorted(times)[10]:8.3f} ms")
