@@ -198,14 +198,24 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
             const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
             const float *rows = reinterpret_cast<const float *>(smem + so + L::ROWS);
 
-            /* dS'^T: A fragments of Z^T, and the hi / lo tiles for bwd_grad. */
+            /* dS'^T as A fragments, then Z^T = dS'^T K^T (M = 64 value rows, N = 64 tokens, k = keys);
+             * while Z^T runs, the hi / lo tiles of dS' for bwd_grad, once the aux warpgroup has
+             * stored the previous chunk's (the wait sits under the product, not before it). */
             uint32_t sa[K / 16][4];
+#pragma unroll
+            for (int j = 0; j < K / 16; ++j)
+                pack_frag<T>(s[j >> 2], j & 3, sa[j]);
+            float z[32];
+            fence();
+#pragma unroll
+            for (int j = 0; j < K / 16; ++j)
+                mma_rs<T, 0>(z, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
+            commit();
             if (k > 0)
                 mbar_wait(ds_free, (uint32_t)(k - 1) & 1u); /* dS' of the previous chunk stored */
 #pragma unroll
             for (int j = 0; j < K / 16; ++j) {
                 const int b = j >> 2, jj = j & 3;
-                pack_frag<T>(s[b], jj, sa[j]);
                 uint32_t lo[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
@@ -218,14 +228,6 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
             }
             fence_proxy_async(); /* the aux warpgroup may store the tiles by TMA */
             mbar_arrive(ds_ready);
-
-            /* Z^T = dS'^T K^T (M = 64 value rows, N = 64 tokens, k = keys). */
-            float z[32];
-            fence();
-#pragma unroll
-            for (int j = 0; j < K / 16; ++j)
-                mma_rs<T, 0>(z, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
-            commit();
 
             /* Meanwhile: dS^T decays by gC; cu. */
             scale_acc(s, rows[R_GC * C]);
