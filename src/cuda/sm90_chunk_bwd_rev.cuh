@@ -11,8 +11,8 @@
  *
  * One CTA per (sequence, value head, 64 value rows v0 .. v0 + 63), three warpgroups:
  *   warps 0-3 (chain)  dS^T (64 x K, f32) in wgmma accumulators across chunks. Per chunk: dS'^T as
- *                      bf16 A fragments, also as hi and lo tiles ([key][value], stmatrix.trans) for
- *                      the aux warpgroup to store; Z^T (RS, K as K-major B); dVn^T from Z^T and
+ *                      bf16 A fragments; Z^T (RS, K as K-major B); under it, dS' as hi and lo tiles
+ *                      ([key][value], stmatrix.trans) for the aux warpgroup to store; dVn^T from Z^T and
  *                      the aux warpgroup's P^T (f32), rounded once; dU^T (RS, T as MN-major B);
  *                      dX^T to the dv staging tile; the state update: (-ck dX^T) K (RS) and
  *                      (cq dO^T) Q (SS, A from the aux warpgroup's tile), both as MN-major B.
