@@ -100,10 +100,12 @@ __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
  * 2^-22, far below the 16-bit operands it meets. */
 __device__ __forceinline__ float decay(float x) { return fast_exp2(x * LOG2E); }
 
-__device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t hv, int64_t slot)
-{
-    return p.rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
-}
+/* (value head, slot) -> the index of its unit in the [HV][slots] buffers (records, S and dS' tiles,
+ * gate partials). */
+__device__ __forceinline__ int64_t unit_of(const BwdParams &p, int64_t hv, int64_t slot) { return hv * p.slots + slot; }
+
+/* The record of a unit (unit_of). */
+__device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t unit) { return p.rec + (size_t)unit * REC_BYTES; }
 
 /* The loads below issue cp.async copies (16 bytes each) where the source allows, so that all of a
  * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
     const Loc L = locate(p, slot);
     if (L.cl == 0) {
         for (int64_t j = tid; j < p.G; j += NTH) /* a padding slot adds nothing to any head's sums */
-            p.gpart[(h * p.G + j) * p.slots + slot] = make_float2(0.f, 0.f);
+            p.gpart[unit_of(p, h * p.G + j, slot)] = make_float2(0.f, 0.f);
         return;
     }
     unsigned char *Qs = sm + SM::QS, *Ks = sm + SM::KS, *Wb = sm + SM::WB, *Lo = sm + SM::LO;
@@ -231,9 +231,9 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
 
     for (int64_t hv = h * p.G; hv < (h + 1) * p.G; ++hv) {
         const bool first = hv == h * p.G;
-        const int64_t unit = hv * p.slots + slot; /* (value head, slot) in the [HV][slots] buffers */
+        const int64_t unit = unit_of(p, hv, slot);
         float2 *gpart = p.gpart + unit;
-        const unsigned char *rec = rec_of(p, hv, slot);
+        const unsigned char *rec = rec_of(p, unit);
         const size_t tile = (size_t)unit * K * V;
         const T *dS_ws = static_cast<const T *>(p.dS) + 2 * tile;
         /* Four copy groups in the order of first use, so that the products start while the later
@@ -651,7 +651,7 @@ __global__ void __launch_bounds__(256) bwd_gate_kernel(const BwdParams p)
     const int64_t hv = blockIdx.x;
     float a = 0.f, b = 0.f;
     for (int64_t s = threadIdx.x; s < p.slots; s += 256) {
-        const float2 v = p.gpart[hv * p.slots + s];
+        const float2 v = p.gpart[unit_of(p, hv, s)];
         a += v.x;
         b += v.y;
     }

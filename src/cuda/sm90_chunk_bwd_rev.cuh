@@ -118,11 +118,12 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
             const int64_t c = ce - 1 - k, t0 = sq.bos + c * C;
             const int cl = (int)gdn_chunk::min64(C, sq.len - c * C);
             unsigned char *base = smem + stage * L::STAGE;
-            const unsigned char *rec = rec_of(p, hv, sq.slot0 + c);
+            const int64_t unit = unit_of(p, hv, sq.slot0 + c);
+            const unsigned char *rec = rec_of(p, unit);
             if (p.tma && cl == C && !virt) {
                 if (pt == 0) {
                     mbar_expect_tx(&full[stage], L::TX);
-                    const int rr = (int)(((int64_t)hv * p.slots + sq.slot0 + c) * (REC_BYTES / 128));
+                    const int rr = (int)(unit * (REC_BYTES / 128));
 #pragma unroll
                     for (int b = 0; b < KB; ++b) {
                         tma_load_4d(base + L::Q + b * L::B, &p.tm_q, 64 * b, (int)h, (int)t0, (int)sq.row, &full[stage]);
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
         mbar_wait(ds_ready, (uint32_t)k & 1u);
         if (p.tma && !PRE) {
             if (t == 0) {
-                const int r0 = (int)(((int64_t)hv * p.slots + sq.slot0 + c) * 2 * K);
+                const int r0 = (int)(unit_of(p, hv, sq.slot0 + c) * 2 * K);
 #pragma unroll
                 for (int b = 0; b < 2 * KB; ++b)
                     tma_store_2d(&p.tm_ds, (int)v0, r0 + 64 * b, smem + (b < KB ? L::DSHI : L::DSLO) + (b % KB) * L::B);
@@ -399,7 +400,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
                 bulk_wait_read<0>();
             }
         } else {
-            T *dst = static_cast<T *>(p.dS) + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * 2 * K * p.V + v0;
+            T *dst = static_cast<T *>(p.dS) + (size_t)unit_of(p, hv, sq.slot0 + c) * 2 * K * p.V + v0;
 #pragma unroll 4
             for (int u = t; u < (PRE ? 0 : 2 * K * 8); u += 128) {
                 const int tile = u / (K * 8), rr = (u >> 3) % K, ch = u & 7;
