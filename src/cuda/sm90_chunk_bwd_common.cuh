@@ -107,6 +107,11 @@ __device__ __forceinline__ int64_t unit_of(const BwdParams &p, int64_t hv, int64
 /* The record of a unit (unit_of). */
 __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t unit) { return p.rec + (size_t)unit * REC_BYTES; }
 
+/* A unit's first row in the matrix maps (BwdParams): tm_rec (T, then Pm C rows on), tm_ds (hi,
+ * then lo K rows on). */
+__device__ __forceinline__ int rec_map_row(int64_t unit) { return (int)(unit * (REC_BYTES / 128)); }
+template <int K> __device__ __forceinline__ int ds_map_row(int64_t unit) { return (int)(unit * 2 * K); }
+
 /* The loads below issue cp.async copies (16 bytes each) where the source allows, so that all of a
  * tile's copies are in flight at once; the caller commits, waits (cp_async_wait) and synchronizes.
  * Rows past cl are zero-filled; strided or misaligned rows are read element by element. Tiles are

@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
         if (tma) {
             if (tid == 0) {
                 const int tok = (int)L.t0, brow = (int)L.row;
-                const int srow = (int)(unit * V), drow = (int)(unit * 2 * K), rrow = (int)(unit * (REC_BYTES / 128));
+                const int srow = (int)(unit * V), drow = ds_map_row<K>(unit), rrow = rec_map_row(unit);
                 mbar_expect_tx(&bars[0], SM::TX0 + (first ? SM::TX_K : 0u));
                 if (first)
                     for (int b = 0; b < K / 64; ++b)

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
             if (p.tma && cl == C && !virt) {
                 if (pt == 0) {
                     mbar_expect_tx(&full[stage], L::TX);
-                    const int rr = (int)(unit * (REC_BYTES / 128));
+                    const int rr = rec_map_row(unit);
 #pragma unroll
                     for (int b = 0; b < KB; ++b) {
                         tma_load_4d(base + L::Q + b * L::B, &p.tm_q, 64 * b, (int)h, (int)t0, (int)sq.row, &full[stage]);
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(REV_THREADS, 1) bwd_rev_kernel(const __grid_co
         mbar_wait(ds_ready, (uint32_t)k & 1u);
         if (p.tma && !PRE) {
             if (t == 0) {
-                const int r0 = (int)(unit_of(p, hv, sq.slot0 + c) * 2 * K);
+                const int r0 = ds_map_row<K>(unit_of(p, hv, sq.slot0 + c));
 #pragma unroll
                 for (int b = 0; b < 2 * KB; ++b)
                     tma_store_2d(&p.tm_ds, (int)v0, r0 + 64 * b, smem + (b < KB ? L::DSHI : L::DSLO) + (b % KB) * L::B);
