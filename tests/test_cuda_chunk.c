@@ -793,8 +793,8 @@ static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
 }
 
 /* tu_pool_run's chunk specs (state pool, has_initial_state, null slots, checkpoints) with the
- * gates of `kind`, H = 2, HV = 4, K = V = 64; cfg returns the configuration for further cases. */
-static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, tu_case_config *cfg)
+ * gates of `kind`, H = 2, HV = 4, K = V = KV; cfg returns the configuration for further cases. */
+static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_case_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->dtype = GDN_DTYPE_BF16;
@@ -802,8 +802,8 @@ static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, tu_case_config *cf
     cfg->kind = kind;
     cfg->H = 2;
     cfg->HV = 4;
-    cfg->K = 64;
-    cfg->V = 64;
+    cfg->K = KV;
+    cfg->V = KV;
     for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
         tu_pool_spec s;
         tu_chunk_pool_specs(v, &s);
@@ -819,11 +819,20 @@ static int test_pool(void)
         return TU_SKIP;
     }
     tu_case_config cfg;
-    run_pool_specs(GDN_GATE_GDN, 9100, &cfg);
+    run_pool_specs(GDN_GATE_GDN, 9150, 128, &cfg);
+    run_pool_specs(GDN_GATE_GDN, 9100, 64, &cfg);
+    /* An odd slot stride: the VK states leave the chain one element at a time instead of in key
+     * pairs (ChunkParams::ht_pairs). */
+    tu_pool_spec s;
+    tu_chunk_pool_specs(1, &s);
+    s.label = "chunk pool VK f32 varlen, checkpoints M=128, odd slot stride";
+    s.state_dtype = GDN_DTYPE_F32;
+    s.pad = 27;
+    s.run_chunk = run_chunk_cuda;
+    tu_pool_run(&s, &cfg, 9170, NULL, 6e-3, 6e-3);
     /* One sequence of 2048 tokens on 2 value heads: 8 context-parallel segments of 4 chunks;
      * checkpoints every 128 tokens (two per segment) for the 8 columns of the first 1024 tokens, one
      * skipped; the later ones have no column. */
-    tu_pool_spec s;
     memset(&s, 0, sizeof s);
     s.label = "chunk pool, context parallel, checkpoints M=128";
     s.chunk = 1;
@@ -1028,7 +1037,8 @@ static int test_kda_pool(void)
         return TU_SKIP;
     }
     tu_case_config cfg;
-    run_pool_specs(GDN_GATE_KDA, 9300, &cfg);
+    run_pool_specs(GDN_GATE_KDA, 9300, 64, &cfg);
+    run_pool_specs(GDN_GATE_KDA, 9350, 128, &cfg);
     return TU_PASS;
 }
 

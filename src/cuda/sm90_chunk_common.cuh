@@ -109,6 +109,7 @@ struct ChunkParams {
     void *ht;                  /* may be NULL */
     gdn_dtype state_dtype;
     int64_t h0_s[4], ht_s[4];  /* {seq or pool slot, hv, k, v} */
+    int ht_pairs;              /* ht has unit key stride and (key, key + 1) pairs aligned for one store */
     unsigned char *ws;
     /* Context parallelism (fixed-length sequences only): each sequence is split into nseg
      * segments of seg_chunks chunks; seg_chunks = 0: off. cp_pre holds, per (sequence, value

@@ -430,6 +430,9 @@ extern "C" gdn_status gdn_cuda_chunk_fwd(const gdn_problem *p)
         prm.h0_s[i] = p->state_in.s[i];
         prm.ht_s[i] = fin.s[i];
     }
+    const size_t pair_bytes = p->state_dtype == GDN_DTYPE_F32 ? 8 : 4;
+    prm.ht_pairs = fin.data && fin.s[2] == 1 && fin.s[0] % 2 == 0 && fin.s[1] % 2 == 0 && fin.s[3] % 2 == 0 &&
+                   (uintptr_t)fin.data % pair_bytes == 0;
     prm.pool_idx = p->state_indices;
     prm.pool_idx_s = p->idx_stride_n;
     prm.pool_slots = p->num_slots;

@@ -369,19 +369,54 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     if (chain) {
         /* s[b][i] = S^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
         float s[KB][32];
-        /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). */
+        /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). With keys
+         * contiguous and pairs aligned (ChunkParams::ht_pairs) each register pair, two adjacent
+         * keys, is one store: a warp's store then fills whole 32-byte sectors, where single
+         * elements fill halves of twice as many. The thread index is read in volatile asm, so
+         * that the compiler cannot hoist the offsets out of the chunk loop, where they would hold
+         * registers across the chain; they are formed here from two row pointers (rows
+         * acc_row(tt, 0) and + 8: register pairs i with (i >> 1) & 1 = 0, 1) and steps of the
+         * key stride. */
         auto store_s = [&](int64_t row) {
+            int tt;
+            asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tt));
+            tt &= 127;
+            const int64_t x0 = (v0 + acc_row(tt, 0)) * p.ht_s[3] + acc_col(tt, 0) * p.ht_s[2] + row * p.ht_s[0] + hv * p.ht_s[1];
+            const int64_t rstep = 8 * p.ht_s[3], k1 = p.ht_s[2], k8 = 8 * k1, k64 = 64 * k1;
+            auto off = [&](int b, int i) { return ((i >> 1) & 1 ? rstep : 0) + b * k64 + (i >> 2) * k8 + (i & 1) * k1; };
+            /* With pairs the key stride is 1: the key offsets are immediates. */
+            auto pair_off = [&](int b, int i) { return ((i >> 1) & 1 ? rstep : 0) + 64 * b + 8 * (i >> 2); };
+            if (p.state_dtype == GDN_DTYPE_BF16) {
+                __nv_bfloat16 *h = static_cast<__nv_bfloat16 *>(p.ht) + x0;
+                if (p.ht_pairs) {
 #pragma unroll
-            for (int b = 0; b < KB; ++b)
+                    for (int b = 0; b < KB; ++b)
 #pragma unroll
-                for (int i = 0; i < 32; ++i) {
-                    const int64_t vv = v0 + acc_row(t, i), d = 64 * b + acc_col(t, i);
-                    const int64_t x = row * p.ht_s[0] + hv * p.ht_s[1] + d * p.ht_s[2] + vv * p.ht_s[3];
-                    if (p.state_dtype == GDN_DTYPE_BF16)
-                        static_cast<__nv_bfloat16 *>(p.ht)[x] = __float2bfloat16_rn(s[b][i]);
-                    else
-                        static_cast<float *>(p.ht)[x] = s[b][i];
+                        for (int i = 0; i < 32; i += 2)
+                            *reinterpret_cast<__nv_bfloat162 *>(h + pair_off(b, i)) = __floats2bfloat162_rn(s[b][i], s[b][i + 1]);
+                } else {
+#pragma unroll
+                    for (int b = 0; b < KB; ++b)
+#pragma unroll
+                        for (int i = 0; i < 32; ++i)
+                            h[off(b, i)] = __float2bfloat16_rn(s[b][i]);
                 }
+            } else {
+                float *h = static_cast<float *>(p.ht) + x0;
+                if (p.ht_pairs) {
+#pragma unroll
+                    for (int b = 0; b < KB; ++b)
+#pragma unroll
+                        for (int i = 0; i < 32; i += 2)
+                            *reinterpret_cast<float2 *>(h + pair_off(b, i)) = make_float2(s[b][i], s[b][i + 1]);
+                } else {
+#pragma unroll
+                    for (int b = 0; b < KB; ++b)
+#pragma unroll
+                        for (int i = 0; i < 32; ++i)
+                            h[off(b, i)] = s[b][i];
+                }
+            }
         };
 #pragma unroll
         for (int b = 0; b < KB; ++b)
