@@ -100,9 +100,11 @@ __device__ __forceinline__ Loc locate(const BwdParams &p, int64_t slot)
  * 2^-22, far below the 16-bit operands it meets. */
 __device__ __forceinline__ float decay(float x) { return fast_exp2(x * LOG2E); }
 
-/* (value head, slot) -> the index of its unit in the [HV][slots] buffers (records, S and dS' tiles,
- * gate partials). */
-__device__ __forceinline__ int64_t unit_of(const BwdParams &p, int64_t hv, int64_t slot) { return hv * p.slots + slot; }
+/* (value head, slot) -> the index of its unit in the [HV][slots] buffers (gdn_chunk::hv_slot). */
+__device__ __forceinline__ int64_t unit_of(const BwdParams &p, int64_t hv, int64_t slot)
+{
+    return (int64_t)gdn_chunk::hv_slot(hv, p.slots, slot);
+}
 
 /* The record of a unit (unit_of). */
 __device__ __forceinline__ unsigned char *rec_of(const BwdParams &p, int64_t unit) { return p.rec + (size_t)unit * REC_BYTES; }

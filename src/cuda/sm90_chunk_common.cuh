@@ -75,6 +75,14 @@ __device__ __forceinline__ int tri_chunk(int i, int ch)
     return 16 * b * (b + 1) + (i & 15) * 2 * (b + 1) + ch;
 }
 
+/* Index of (value head hv, chunk slot) in the [HV][slots] buffers that the forward and the backward
+ * share: the workspace records, the backward's records, the saved states, dS' tiles and gate
+ * partials. */
+__device__ __forceinline__ size_t hv_slot(int64_t hv, int64_t slots, int64_t slot)
+{
+    return (size_t)hv * (size_t)slots + (size_t)slot;
+}
+
 struct ChunkParams {
     int64_t T, N, HV, G, V;
     int64_t cps;               /* chunks per sequence without cu_seqlens */

@@ -157,13 +157,13 @@ __device__ __forceinline__ void mask_rows(const float (&kk)[8][4], const float (
 __device__ __forceinline__ unsigned char *ws_head(const ChunkParams &p, int64_t hv, int64_t slot,
                                                   size_t rec_bytes = WS_CHUNK)
 {
-    return p.ws + ((size_t)hv * p.slots + (size_t)slot) * rec_bytes;
+    return p.ws + hv_slot(hv, p.slots, slot) * rec_bytes;
 }
 
 /* Training: the backward's record of (value head hv, chunk slot) (gdn_rec), in the saved states. */
 __device__ __forceinline__ unsigned char *bwd_rec_of(const ChunkParams &p, int64_t hv, int64_t slot)
 {
-    return p.bwd_rec + ((size_t)hv * p.slots + (size_t)slot) * REC_BYTES;
+    return p.bwd_rec + hv_slot(hv, p.slots, slot) * REC_BYTES;
 }
 
 constexpr float G_FLOOR = -40.f; /* log decays below it are raised to it (chunk_prep) */

@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 vp += v_step;
             }
         const size_t rec_bytes = KDA ? (size_t)KdaRec<K>::BYTES : (size_t)WS_CHUNK;
-        const unsigned char *rec = p.ws + ((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * rec_bytes;
+        const unsigned char *rec = p.ws + hv_slot(hv, p.slots, sq.slot0 + c) * rec_bytes;
         const unsigned char *wsc = rec + 16 * pt;
         unsigned char *dst = base + L::TB;
 #pragma unroll
@@ -620,7 +620,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 /* Training: S^T entering this chunk (this CTA's 64 value rows) out for the backward,
                  * read from the hand-off tile beside the product (both only read it). */
                 if (p.states_out) {
-                    T *so = static_cast<T *>(p.states_out) + (((size_t)hv * p.slots + (size_t)(sq.slot0 + c)) * p.V + v0) * K;
+                    T *so = static_cast<T *>(p.states_out) + (hv_slot(hv, p.slots, sq.slot0 + c) * p.V + v0) * K;
 #pragma unroll
                     for (int u = t; u < BV * KC; u += 128) {
                         const int r = u / KC, ch = u % KC;
