@@ -57,6 +57,17 @@ template <> __device__ __forceinline__ float gdn_from_f32<float>(float x) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 gdn_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half gdn_from_f32<__half>(float x) { return __float2half_rn(x); }
 
+/* Two adjacent elements as one store (float2, __nv_bfloat162), from two f32 values. */
+template <typename T> struct GdnPair;
+template <> struct GdnPair<float> {
+    using type = float2;
+    static __device__ __forceinline__ float2 make(float a, float b) { return make_float2(a, b); }
+};
+template <> struct GdnPair<__nv_bfloat16> {
+    using type = __nv_bfloat162;
+    static __device__ __forceinline__ __nv_bfloat162 make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+
 /* Element off of base (dtype dt) as f32; the dtype is known only at run time. */
 __device__ __forceinline__ float load_elem(const void *base, gdn_dtype dt, int64_t off)
 {

@@ -41,6 +41,8 @@
 #ifndef GDN_SM90_CHUNK_WG_CUH
 #define GDN_SM90_CHUNK_WG_CUH
 
+#include <type_traits>
+
 #include "sm90_chunk_prep.cuh"
 #include "sm90_kda_prep.cuh"
 
@@ -386,37 +388,27 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             auto off = [&](int b, int i) { return ((i >> 1) & 1 ? rstep : 0) + b * k64 + (i >> 2) * k8 + (i & 1) * k1; };
             /* With pairs the key stride is 1: the key offsets are immediates. */
             auto pair_off = [&](int b, int i) { return ((i >> 1) & 1 ? rstep : 0) + 64 * b + 8 * (i >> 2); };
-            if (p.state_dtype == GDN_DTYPE_BF16) {
-                __nv_bfloat16 *h = static_cast<__nv_bfloat16 *>(p.ht) + x0;
+            auto put = [&](auto *h) {
+                using E = std::remove_pointer_t<decltype(h)>;
                 if (p.ht_pairs) {
 #pragma unroll
                     for (int b = 0; b < KB; ++b)
 #pragma unroll
                         for (int i = 0; i < 32; i += 2)
-                            *reinterpret_cast<__nv_bfloat162 *>(h + pair_off(b, i)) = __floats2bfloat162_rn(s[b][i], s[b][i + 1]);
+                            *reinterpret_cast<typename GdnPair<E>::type *>(h + pair_off(b, i)) =
+                                GdnPair<E>::make(s[b][i], s[b][i + 1]);
                 } else {
 #pragma unroll
                     for (int b = 0; b < KB; ++b)
 #pragma unroll
                         for (int i = 0; i < 32; ++i)
-                            h[off(b, i)] = __float2bfloat16_rn(s[b][i]);
+                            h[off(b, i)] = gdn_from_f32<E>(s[b][i]);
                 }
-            } else {
-                float *h = static_cast<float *>(p.ht) + x0;
-                if (p.ht_pairs) {
-#pragma unroll
-                    for (int b = 0; b < KB; ++b)
-#pragma unroll
-                        for (int i = 0; i < 32; i += 2)
-                            *reinterpret_cast<float2 *>(h + pair_off(b, i)) = make_float2(s[b][i], s[b][i + 1]);
-                } else {
-#pragma unroll
-                    for (int b = 0; b < KB; ++b)
-#pragma unroll
-                        for (int i = 0; i < 32; ++i)
-                            h[off(b, i)] = s[b][i];
-                }
-            }
+            };
+            if (p.state_dtype == GDN_DTYPE_BF16)
+                put(static_cast<__nv_bfloat16 *>(p.ht) + x0);
+            else
+                put(static_cast<float *>(p.ht) + x0);
         };
 #pragma unroll
         for (int b = 0; b < KB; ++b)
