@@ -373,12 +373,13 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         float s[KB][32];
         /* This CTA's rows of S into row `row` of ht (the final state, or a pool slot). With keys
          * contiguous and pairs aligned (ChunkParams::ht_pairs) each register pair, two adjacent
-         * keys, is one store: a warp's store then fills whole 32-byte sectors, where single
-         * elements fill halves of twice as many. The thread index is read in volatile asm, so
+         * keys, is one store: a warp's f32 store then writes 32 contiguous bytes of each of its 8
+         * rows, where single elements write every other 4 bytes of twice as many spans (bf16:
+         * 16 bytes a row, against every other 2). The thread index is read in volatile asm, so
          * that the compiler cannot hoist the offsets out of the chunk loop, where they would hold
-         * registers across the chain; they are formed here from two row pointers (rows
-         * acc_row(tt, 0) and + 8: register pairs i with (i >> 1) & 1 = 0, 1) and steps of the
-         * key stride. */
+         * registers across the chain. Each offset is the thread's first element (x0) plus the
+         * 8-row step for register pairs i with (i >> 1) & 1 = 1, plus multiples of the key stride
+         * (immediates on the pair path, where that stride is 1). */
         auto store_s = [&](int64_t row) {
             int tt;
             asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tt));
