@@ -10,7 +10,8 @@ BASE_TREE is e.g. `git archive 7a7bb8a | tar -x -C build-base`. Prints one line 
 identical, changed (what differs), or only in one tree; exits 1 if any kernel differs. Names of
 anonymous namespaces (which embed the source file's name) are normalized. Takes a few minutes a
 tree on two cores (-j via GDN_JOBS, default 2). GDN_SASS_ONLY (a regex on file names) compares a
-subset; GDN_SASS_BASE_CACHE keeps the base cubins; GDN_SASS_RENAME maps renamed types."""
+subset; GDN_SASS_BASE_CACHE keeps the base cubins; GDN_SASS_RENAME maps renamed types; GDN_SASS_SUB
+rewrites mangled names (a template parameter added with a default)."""
 import concurrent.futures, glob, os, re, struct, subprocess, sys, tempfile
 
 NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
@@ -37,6 +38,9 @@ def sections(path):
 
 
 RENAMES = [pair.split("=") for pair in os.environ.get("GDN_SASS_RENAME", "").split(",") if "=" in pair]
+# GDN_SASS_SUB=REGEX=>REPL;..: substitutions on mangled names, e.g. a template parameter added with
+# its default value ('ELi8EEEv=>EEEv' maps recurrent_fwd_mma_kernel<.., 8> onto the old name).
+SUBS = [pair.split("=>") for pair in os.environ.get("GDN_SASS_SUB", "").split(";") if "=>" in pair]
 
 
 def anon(name):
@@ -45,6 +49,8 @@ def anon(name):
     the old way."""
     for new, old in RENAMES:
         name = name.replace("%d%s" % (len(new), new), "%d%s" % (len(old), old))
+    for pat, repl in SUBS:
+        name = re.sub(pat, repl, name)
     out, i = "", 0
     for m in re.finditer(r"(\d+)(_GLOBAL__N__)", name):
         if m.start() < i:

@@ -753,6 +753,55 @@ static int test_kda_wide(void)
     return TU_PASS;
 }
 
+/* The tensor-core path's short chunks (KDA calls of at most 4 tokens per sequence on at least 128
+ * (sequence, value head) pairs, with a bf16 state on at least 2048: chunks of 4 tokens): each gate
+ * option at T = 4 and 3 (bf16), both state dtypes, with and without an initial state; K = 64 (two
+ * row passes), V = 256 (two CTAs per value head), decays of 0 and 1 (extreme gates); varlen calls
+ * of 4 tokens per sequence on average whose sequences take 0 to 3 chunks (the state kept in the
+ * tile between them). */
+static int test_kda_short(void)
+{
+    if (!need_gpu())
+        return TU_SKIP;
+    uint64_t seed = g_seed + 9900;
+    for (int v = 0; v < 8; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.H = 16, o.HV = 32;
+        o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        o.T = v < 6 ? 4 : 3;
+        if (v == 6)
+            o.state_dtype = GDN_DTYPE_BF16;
+        o.B = o.state_dtype == GDN_DTYPE_BF16 ? 64 : 4;
+        o.initial_state = v % 4 != 1;
+        run_case(&o, seed++);
+    }
+    for (int v = 0; v < 3; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.H = 16, o.HV = 32, o.B = 4, o.T = 4;
+        if (v == 0)
+            o.K = 64;
+        else if (v == 1)
+            o.V = 256;
+        else
+            o.raw_gates = 0, o.extreme_gates = 1;
+        run_case(&o, seed++);
+    }
+    static const int32_t lens[] = {9, 0, 1, 6, 12, 4, 0, 0, 3, 2, 4, 5, 1, 0, 8, 5};
+    for (int v = 0; v < 3; v++) {
+        opts o = base_opts();
+        kda_gates(&o, v);
+        o.H = 16, o.HV = 32;
+        o.nseq = 8;
+        if (v == 1) /* bf16: 2048 pairs */
+            o.H = 32, o.HV = 128, o.nseq = 16, o.state_dtype = GDN_DTYPE_BF16;
+        memcpy(o.seqlens, lens, sizeof lens);
+        run_case(&o, seed++);
+    }
+    return TU_PASS;
+}
+
 /* Norm, scale, initial state, beta dtype, input dtype and neg-eigval options, K = 256, varlen
  * calls with empty sequences and with T <= N. */
 static int test_kda_options(void)
@@ -932,6 +981,7 @@ int main(int argc, char **argv)
         {"kda_heads", test_kda_heads},
         {"kda_tokens", test_kda_tokens},
         {"kda_wide", test_kda_wide},
+        {"kda_short", test_kda_short},
         {"kda_options", test_kda_options},
         {"kda_extreme_gates", test_kda_extreme_gates},
         {"kda_many_pairs", test_kda_many_pairs},

@@ -92,22 +92,35 @@ inline int64_t tokens_per_sequence(const gdn_problem *p)
     return p->cu_seqlens ? p->T / (p->N > 0 ? p->N : 1) : p->T;
 }
 
-/* The tensor-core path (multi-token calls) with its tile, wide or not. */
-template <int K, typename StateT, typename InT, bool KDA, bool WIDE>
+/* The tensor-core path (multi-token calls) with its tile, wide or not, and its chunk. */
+template <int K, typename StateT, typename InT, bool KDA, bool WIDE, int TC = TOKEN_CHUNK>
 gdn_status launch_mma_tile(const RecurrentParams &prm, const gdn_problem *p)
 {
-    const gdn_status st = gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA, WIDE>(),
+    const gdn_status st = gdn_cuda_check(prepare_mma_kernel<K, StateT, InT, KDA, WIDE, TC>(),
                                          "gdn_recurrent_fwd: shared memory attributes");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>, prm, p,
-                              mma_tile<K, StateT, WIDE>(p->N, p->HV, p->V), mma_smem_bytes<K, StateT, KDA, WIDE>());
+    return launch_tile_kernel(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE, TC>, prm, p,
+                              mma_tile<K, StateT, WIDE>(p->N, p->HV, p->V),
+                              mma_smem_bytes<K, StateT, KDA, WIDE, TC>());
 }
 
 /* KDA with an f32 state at K = 128 takes the wide tile for full chunks of 8 tokens, where its
  * stage is largest (decode_sweeps --kda --mma: at T = 8 it beat 64-row tiles at every batch, at
  * T = 4 it lost from 128 pairs on; dev/decode/README.md). */
 inline bool use_mma_wide(const gdn_problem *p) { return tokens_per_sequence(p) >= TOKEN_CHUNK; }
+
+/* KDA calls of at most 4 tokens per sequence take chunks of 4: a stage of half the size, so five
+ * CTAs per SM at K = 128, not four (H200, cold, B = 256 HV = 32 T = 4: f32 455 -> 402 us, bf16
+ * 321 -> 280). With a bf16 state the short chunks start from 2048 (sequence, value head) pairs: at
+ * 1024 they were 3 % slower (one wave and a half of 128-row CTAs, each staging its tokens one
+ * round trip per token). GDN keeps chunks of 8: its stage fits five CTAs already, and the short
+ * form was 0-4 % slower there (dev/decode/README.md). */
+inline bool use_mma_short(const gdn_problem *p, bool kda)
+{
+    const bool enough = p->state_dtype == GDN_DTYPE_F32 || p->N * p->HV >= 2048;
+    return kda && enough && tokens_per_sequence(p) <= 4;
+}
 
 template <int K, typename StateT, typename InT, bool KDA>
 gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
@@ -116,6 +129,8 @@ gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
         if (use_mma_wide(p))
             return launch_mma_tile<K, StateT, InT, KDA, true>(prm, p);
     }
+    if (use_mma_short(p, KDA))
+        return launch_mma_tile<K, StateT, InT, KDA, false, 4>(prm, p);
     return launch_mma_tile<K, StateT, InT, KDA, false>(prm, p);
 }
 

@@ -48,13 +48,16 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
     return K >= 256 ? 1 : 256 / K;
 }
 
-/* Shared staging of one chunk of tokens (the tensor-core path's MmaStage extends it). e and beta
- * are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
+/* Shared staging of one chunk of up to TC tokens (the tensor-core path's MmaStage extends it; its
+ * short-chunk instances stage TC = 4, the CUDA-core paths TOKEN_CHUNK). e, beta and kq keep
+ * TOKEN_CHUNK entries whatever TC (the tensor-core path reads e and beta of padding tokens). e and
+ * beta are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
  * follow 16-byte multiples). */
-template <int K, int ROWS_PER_CTA> struct TokenStage {
-    alignas(16) float q[TOKEN_CHUNK][K]; /* l2-normalised (if asked) and scaled by `scale` */
-    alignas(16) float k[TOKEN_CHUNK][K]; /* l2-normalised (if asked) */
-    float v[TOKEN_CHUNK][ROWS_PER_CTA];
+template <int K, int ROWS_PER_CTA, int TC = TOKEN_CHUNK> struct TokenStage {
+    static constexpr int TOKENS = TC;
+    alignas(16) float q[TC][K]; /* l2-normalised (if asked) and scaled by `scale` */
+    alignas(16) float k[TC][K]; /* l2-normalised (if asked) */
+    float v[TC][ROWS_PER_CTA];
     alignas(16) float e[TOKEN_CHUNK];
     alignas(16) float beta[TOKEN_CHUNK];
     float kq[TOKEN_CHUNK];
@@ -210,9 +213,9 @@ __device__ __forceinline__ InT token_v(const RecurrentParams &p, int64_t b, int6
     return row < p.V ? v[(int64_t)row * p.v_s[3]] : gdn_from_f32<InT>(0.0f);
 }
 
-/* Stages tokens [tok0, tok0 + tc) of row b into st: run by the whole CTA. A staging warp issues
- * the loads of TPW of its tokens at once (more registers: the fast path's state is not in
- * registers yet, the generic path's is), then stages them. Token j goes to warp (j + 1) % W (warp
+/* Stages tokens [tok0, tok0 + tc) of row b into st (tc <= Stage::TOKENS): run by the whole CTA. A
+ * staging warp issues the loads of TPW of its tokens at once (more registers: the fast path's state
+ * is not in registers yet, the generic path's is), then stages them. Token j goes to warp (j + 1) % W (warp
  * 0, which looks up the slot and issues the state copies, comes last), or with SPARE_W0 (the
  * tensor-core path) to warps 1 .. W - 1 only: warp 0's tokens would start their memory round
  * trip late and hold up the whole CTA. VPR > 0: v of rows threadIdx.x + u * blockDim.x (u < VPR)
@@ -224,10 +227,10 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    InT vpre[TOKEN_CHUNK][VPR > 0 ? VPR : 1];
+    InT vpre[Stage::TOKENS][VPR > 0 ? VPR : 1];
     if constexpr (VPR > 0) {
 #pragma unroll
-        for (int j = 0; j < TOKEN_CHUNK; j++)
+        for (int j = 0; j < Stage::TOKENS; j++)
 #pragma unroll
             for (int u = 0; u < VPR; u++) {
                 const int rr = threadIdx.x + u * blockDim.x;
@@ -252,7 +255,7 @@ __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st
     }
     if constexpr (VPR > 0) {
 #pragma unroll
-        for (int j = 0; j < TOKEN_CHUNK; j++)
+        for (int j = 0; j < Stage::TOKENS; j++)
 #pragma unroll
             for (int u = 0; u < VPR; u++) {
                 const int rr = threadIdx.x + u * blockDim.x;

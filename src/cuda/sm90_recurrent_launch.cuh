@@ -78,21 +78,22 @@ template <int K, typename StateT, bool WIDE = false> TmaTile mma_tile(int64_t N,
 /* The path's shared memory is dynamic (over 48 KB): raise the limit and ask for the largest
  * carveout (function attributes: safe under graph capture); prepare_mma_kernel does it once per
  * instance. */
-template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false>
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false, int TC = TOKEN_CHUNK>
 cudaError_t set_mma_kernel_attributes()
 {
-    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>,
+    const cudaError_t e = cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE, TC>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)mma_smem_bytes<K, StateT, KDA, WIDE>());
+                                               (int)mma_smem_bytes<K, StateT, KDA, WIDE, TC>());
     if (e != cudaSuccess)
         return e;
-    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE>,
+    return cudaFuncSetAttribute(recurrent_fwd_mma_kernel<K, StateT, InT, KDA, WIDE, TC>,
                                 cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
 }
 
-template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false> cudaError_t prepare_mma_kernel()
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false, int TC = TOKEN_CHUNK>
+cudaError_t prepare_mma_kernel()
 {
-    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA, WIDE>();
+    static const cudaError_t err = set_mma_kernel_attributes<K, StateT, InT, KDA, WIDE, TC>();
     return err;
 }
 

@@ -18,7 +18,9 @@
  * The decay products are taken directly (no division by Gam), so decays of 0 are exact. Tokens
  * past the end of a chunk are staged as e = 1, beta = 0, q = k = v = 0: they change nothing, so
  * every chunk is computed as 8 tokens; longer calls run chunk after chunk, the state staying in
- * the tile between them (a bf16 state rounded there, as in the CUDA-core paths).
+ * the tile between them (a bf16 state rounded there, as in the CUDA-core paths). KDA calls of at
+ * most 4 tokens per sequence take chunks of 4 (TC = 4, use_mma_short): the stage then holds q, k,
+ * v, the decays and khat of 4 tokens, and the products read tokens 4..7 as 0 (stage_tok).
  *
  * Work per CTA (64 or 128 rows of one (sequence, value head), 4 warps, or 8 in KDA's wide tile):
  * the state tile arrives by bulk copies as in the CUDA-core fast path (recurrent_fwd_tma_kernel)
@@ -71,7 +73,7 @@ constexpr int MMA_ROWS = 16; /* state rows per warp strip: the mma's M */
  * kept as f32 (split into TF32 parts where they are read: kept split, they took 8 KB more, and
  * the tile then fitted four CTAs per SM, not five), key pairs swizzled per token (qk_off) so that
  * product 1's 8-byte reads and the update's 4-byte reads are free of bank conflicts. */
-template <int K, int ROWS> struct MmaStage : TokenStage<K, ROWS> {
+template <int K, int ROWS, int TC = TOKEN_CHUNK> struct MmaStage : TokenStage<K, ROWS, TC> {
     alignas(16) float d[TOKEN_CHUNK][TOKEN_CHUNK]; /* D[t][j], 0 above the diagonal */
     alignas(16) float gam[TOKEN_CHUNK];            /* Gam_t */
 };
@@ -91,17 +93,29 @@ __device__ __forceinline__ int qk_off(int t, int key)
  * decays, D[7][j] o k_j (khat, swizzled as k), Gam_7 per key and the chunk's dots (lower triangle
  * t >= j, index t (t + 1) / 2 + j; [0]: q_t . D k_j, [1]: k_t . D k_j). */
 constexpr int CHUNK_PAIRS = TOKEN_CHUNK * (TOKEN_CHUNK + 1) / 2;
-template <int K, int ROWS> struct MmaKdaStage : MmaStage<K, ROWS> {
-    alignas(16) float ek[TOKEN_CHUNK][K];
-    alignas(16) float khat[TOKEN_CHUNK][K];
+template <int K, int ROWS, int TC = TOKEN_CHUNK> struct MmaKdaStage : MmaStage<K, ROWS, TC> {
+    alignas(16) float ek[TC][K];
+    alignas(16) float khat[TC][K];
     alignas(16) float gam_last[K];
     float dots[2][CHUNK_PAIRS];
 };
 
-template <int K, int ROWS> struct is_kda_stage<MmaKdaStage<K, ROWS>> : std::true_type {};
+template <int K, int ROWS, int TC> struct is_kda_stage<MmaKdaStage<K, ROWS, TC>> : std::true_type {};
 
-template <int K, int ROWS, bool KDA>
-using MmaStageOf = typename std::conditional<KDA, MmaKdaStage<K, ROWS>, MmaStage<K, ROWS>>::type;
+template <int K, int ROWS, bool KDA, int TC = TOKEN_CHUNK>
+using MmaStageOf = typename std::conditional<KDA, MmaKdaStage<K, ROWS, TC>, MmaStage<K, ROWS, TC>>::type;
+
+/* Stage array M's token j at off .. off + W as the products read it, j one of the mma's 8 token
+ * columns: 0 past the stage's TC tokens (a short-chunk stage has no room for the padding tokens
+ * there; those within TC are staged as zeros). In chunks of 8 it is the plain shared-memory read. */
+template <int W, auto M, typename Stage> __device__ __forceinline__ float2 stage_tok(const Stage &st, int j, int off)
+{
+    static_assert(W == 1 || W == 2, "one or two floats");
+    if (Stage::TOKENS < TOKEN_CHUNK && j >= Stage::TOKENS)
+        return make_float2(0.0f, 0.0f);
+    const float *const x = &(st.*M)[j][off];
+    return W == 2 ? *reinterpret_cast<const float2 *>(x) : make_float2(x[0], 0.0f);
+}
 
 /* The path's tile: tile_rows() (32 KB of state, 4 warps). KDA with an f32 state at K = 128 has a
  * wide instance as well (WIDE): 128 rows (64 KB), a whole value head at V = 128, and 8 warps.
@@ -129,15 +143,15 @@ template <bool WIDE = false> __host__ __device__ constexpr int mma_warps(int row
     return rows / MMA_ROWS < mma_max_warps<WIDE>() ? rows / MMA_ROWS : mma_max_warps<WIDE>();
 }
 
-template <int K, typename StateT, bool KDA = false, bool WIDE = false>
+template <int K, typename StateT, bool KDA = false, bool WIDE = false, int TC = TOKEN_CHUNK>
 __host__ __device__ constexpr size_t mma_smem_bytes()
 {
     constexpr int ROWS = mma_tile_rows<K, StateT, WIDE>();
-    return (size_t)ROWS * K * sizeof(StateT) + sizeof(MmaStageOf<K, ROWS, KDA>);
+    return (size_t)ROWS * K * sizeof(StateT) + sizeof(MmaStageOf<K, ROWS, KDA, TC>);
 }
 
-template <int K, int ROWS>
-__device__ __forceinline__ void stage_put_qk(MmaStage<K, ROWS> &st, int j, int key, float q, float k)
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ void stage_put_qk(MmaStage<K, ROWS, TC> &st, int j, int key, float q, float k)
 {
     const int off = qk_off(j, key);
     st.q[j][off] = q;
@@ -243,21 +257,25 @@ __device__ __forceinline__ float4 tile_piece(const StateT *tile, int K, int row,
     return row < cta_rows ? ld_state4(tile + row * K + key) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
-/* Stages tokens [tok0, tok0 + tc) (stage_tokens) and pads the chunk to 8 tokens that change
- * nothing. Run by the whole CTA. Stage is the kernel's own stage type (MmaStage or MmaKdaStage):
- * stage_tokens reads the gate kind from it, so it must not be passed as the base. */
+/* Stages tokens [tok0, tok0 + tc) (stage_tokens) and pads the chunk with tokens that change
+ * nothing: q, k and v to the stage's TC tokens, e and beta to 8. Run by the whole CTA. Stage is the
+ * kernel's own stage type (MmaStage or MmaKdaStage): stage_tokens reads the gate kind from it, so
+ * it must not be passed as the base. A staging warp has two tokens in flight in chunks of 8, one
+ * in chunks of 4 (two made the KDA instances spill at the 96 registers of five CTAs per SM). */
 template <int K, typename InT, int ROWS, typename Stage>
 __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, Stage &st, int64_t b,
                                                 int64_t tok0, int tc, int h, int hv, int row_base, int cta_rows)
 {
-    static_assert(std::is_base_of<MmaStage<K, ROWS>, Stage>::value, "a tensor-core stage");
-    stage_tokens<K, InT, 2, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
-    for (int i = threadIdx.x; i < (TOKEN_CHUNK - tc) * K; i += blockDim.x) {
+    constexpr int TC = Stage::TOKENS;
+    static_assert(std::is_base_of<MmaStage<K, ROWS, TC>, Stage>::value, "a tensor-core stage");
+    constexpr int TPW = TC < TOKEN_CHUNK ? 1 : 2;
+    stage_tokens<K, InT, TPW, (ROWS + 127) / 128, true>(p, st, b, tok0, tc, h, hv, row_base, cta_rows);
+    for (int i = threadIdx.x; i < (TC - tc) * K; i += blockDim.x) {
         const int j = tc + i / K, d = i % K;
         st.q[j][d] = 0.0f;
         st.k[j][d] = 0.0f;
     }
-    for (int j = tc; j < TOKEN_CHUNK; j++)
+    for (int j = tc; j < TC; j++)
         for (int rr = threadIdx.x; rr < ROWS; rr += blockDim.x)
             st.v[j][rr] = 0.0f;
     if ((int)threadIdx.x < TOKEN_CHUNK - tc) {
@@ -267,29 +285,32 @@ __device__ __forceinline__ void mma_stage_chunk(const RecurrentParams &p, Stage 
 }
 
 /* KDA: the padding tokens' decays are 1 as well. */
-template <int K, int ROWS> __device__ __forceinline__ void mma_pad_decays(MmaKdaStage<K, ROWS> &st, int tc)
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ void mma_pad_decays(MmaKdaStage<K, ROWS, TC> &st, int tc)
 {
-    for (int i = threadIdx.x; i < (TOKEN_CHUNK - tc) * K; i += blockDim.x)
+    for (int i = threadIdx.x; i < (TC - tc) * K; i += blockDim.x)
         st.ek[tc + i / K][i % K] = 1.0f;
 }
 
 /* KDA, after the stage (and mma_pad_decays), tokens tc.. being padding: the dots
- * q_t . (D[t][j] o k_j) and k_t . (D[t][j] o k_j) (j <= t < tc; 0 for padding rows t), per key
+ * q_t . (D[t][j] o k_j) and k_t . (D[t][j] o k_j) (j <= t < tc; 0 for padding rows t < TC), per key
  * D[t][j] = e_{j+1} .. e_t as direct products; then khat = D[7][j] o k_j, gam_last = Gam_7 and, in
- * place, q and k become Gam_t o q_t and Gam_t o k_t. Run by the whole CTA; read after the next
- * barrier. The dots: warp w sums rows t = r and 7 - r for r = w, w + nwarps, .. < 4 (9 (t, j)
- * pairs a row pair), each lane over keys lane, lane + 32, .., then over the warp; each row's sums
- * are final where they are written (no per-warp partials to add). In the wide tile's 8 warps,
- * warps 4..7 skip the dots and half the threads the per-key loop. */
-template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS> &st, int tc)
+ * place, q and k become Gam_t o q_t and Gam_t o k_t (tokens past TC have decays of 1: D[7][j] and
+ * Gam_7 are the products over the staged tokens). Run by the whole CTA; read after the next
+ * barrier. The dots: with TC = 8, warp w sums rows t = r and 7 - r for r = w, w + nwarps, .. < 4
+ * (9 (t, j) pairs a row pair), with TC = 4 row t = w; each lane over keys lane, lane + 32, .., then
+ * over the warp; each row's sums are final where they are written (no per-warp partials to add).
+ * In the wide tile's 8 warps, warps 4..7 skip the dots and half the threads the per-key loop. */
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ void mma_kda_prep_chunk(MmaKdaStage<K, ROWS, TC> &st, int tc)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
 #pragma unroll
-    for (int t = 0; t < TOKEN_CHUNK; t++) {
-        const int r = t < TOKEN_CHUNK / 2 ? t : TOKEN_CHUNK - 1 - t;
+    for (int t = 0; t < TC; t++) {
+        const int r = TC < TOKEN_CHUNK ? t : t < TC / 2 ? t : TC - 1 - t;
         if (r % nwarps != warp) /* uniform over the warp */
             continue;
-        float dq[TOKEN_CHUNK], dk[TOKEN_CHUNK]; /* [0, t] used */
+        float dq[TC], dk[TC]; /* [0, t] used */
 #pragma unroll
         for (int j = 0; j <= t; j++)
             dq[j] = dk[j] = 0.0f;
@@ -326,13 +347,13 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(Mm
     }
     __syncthreads(); /* the dots read q and k of every key as staged */
     for (int key = threadIdx.x; key < K; key += blockDim.x) {
-        float e[TOKEN_CHUNK];
+        float e[TC];
 #pragma unroll
-        for (int t = 0; t < TOKEN_CHUNK; t++)
+        for (int t = 0; t < TC; t++)
             e[t] = st.ek[t][key];
         float d7 = 1.0f;
 #pragma unroll
-        for (int j = TOKEN_CHUNK - 1; j >= 0; j--) {
+        for (int j = TC - 1; j >= 0; j--) {
             const int off = qk_off(j, key);
             st.khat[j][off] = d7 * st.k[j][off];
             d7 *= e[j];
@@ -340,7 +361,7 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(Mm
         st.gam_last[key] = d7;
         float gam = 1.0f;
 #pragma unroll
-        for (int t = 0; t < TOKEN_CHUNK; t++) {
+        for (int t = 0; t < TC; t++) {
             const int off = qk_off(t, key);
             gam *= e[t];
             st.q[t][off] *= gam;
@@ -350,21 +371,22 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_kda_prep_chunk(Mm
 }
 
 /* KDA: the dots fragment of strip_products (q_g . k_j, k_g . k_j for j = 2c, 2c + 1); 0 above the
- * diagonal (chunk_solve masks those of A, D masks Bm's). */
-template <int K, int ROWS>
-__device__ __forceinline__ void mma_kda_dots(const MmaKdaStage<K, ROWS> &st, int g, int c, float (&dots)[4])
+ * diagonal (chunk_solve masks those of A, D masks Bm's) and in rows past TC (never written). */
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ void mma_kda_dots(const MmaKdaStage<K, ROWS, TC> &st, int g, int c, float (&dots)[4])
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int j = 2 * c + h;
-        dots[h] = j <= g ? st.dots[0][g * (g + 1) / 2 + j] : 0.0f;
-        dots[2 + h] = j <= g ? st.dots[1][g * (g + 1) / 2 + j] : 0.0f;
+        const bool in = j <= g && (TC == TOKEN_CHUNK || g < TC);
+        dots[h] = in ? st.dots[0][g * (g + 1) / 2 + j] : 0.0f;
+        dots[2 + h] = in ? st.dots[1][g * (g + 1) / 2 + j] : 0.0f;
     }
 }
 
 /* After the stage: the decay products D and Gam. Run by the whole CTA; read after the next
  * barrier. */
-template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaStage<K, ROWS> &st)
+template <int K, int ROWS, int TC> __device__ __forceinline__ void mma_prep_chunk(MmaStage<K, ROWS, TC> &st)
 {
     for (int i = threadIdx.x; i < TOKEN_CHUNK * (TOKEN_CHUNK + 1); i += blockDim.x) {
         const int t = i / (TOKEN_CHUNK + 1), j = i % (TOKEN_CHUNK + 1) - 1; /* j = -1: Gam_t */
@@ -383,9 +405,10 @@ template <int K, int ROWS> __device__ __forceinline__ void mma_prep_chunk(MmaSta
  * depend on the state) dots: q_g . k_j (0, 1) and k_g . k_j (2, 3) for j = 2c, 2c + 1. The A
  * fragments come straight from the tile (the strip is never held in registers as a whole: at
  * 64 more registers per thread the path spilled). */
-template <bool DOTS, int K, typename StateT, int ROWS>
-__device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, const StateT *tile, int srow, int cta_rows,
-                                               int g, int c, float (&pk)[4], float (&pq)[4], float (&dots)[4])
+template <bool DOTS, int K, typename StateT, int ROWS, int TC>
+__device__ __forceinline__ void strip_products(const MmaStage<K, ROWS, TC> &st, const StateT *tile, int srow,
+                                               int cta_rows, int g, int c, float (&pk)[4], float (&pq)[4],
+                                               float (&dots)[4])
 {
     constexpr bool A_EXACT = sizeof(StateT) == 2; /* a bf16 state is exact in TF32 */
     float pk2[4], pq2[4], dots2[4];
@@ -400,8 +423,8 @@ __device__ __forceinline__ void strip_products(const MmaStage<K, ROWS> &st, cons
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             const int off = qk_off(g, 16 * m + 4 * c + 2 * hh);
-            const float2 kp = *reinterpret_cast<const float2 *>(&st.k[g][off]);
-            const float2 qp = *reinterpret_cast<const float2 *>(&st.q[g][off]);
+            const float2 kp = stage_tok<2, &MmaStage<K, ROWS, TC>::k>(st, g, off);
+            const float2 qp = stage_tok<2, &MmaStage<K, ROWS, TC>::q>(st, g, off);
             const Tf32Pair kb0 = tf32_split(kp.x), kb1 = tf32_split(kp.y);
             const Tf32Pair qb0 = tf32_split(qp.x), qb1 = tf32_split(qp.y);
             const FragA a = hh ? frag_a<A_EXACT>(r0.z, r1.z, r0.w, r1.w) : frag_a<A_EXACT>(r0.x, r1.x, r0.y, r1.y);
@@ -438,8 +461,8 @@ struct ChunkSolve {
     float m0, m1, bm0, bm1;
 };
 
-template <int K, int ROWS>
-__device__ __forceinline__ ChunkSolve chunk_solve(const MmaStage<K, ROWS> &st, const float (&dots)[4], int g, int c)
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ ChunkSolve chunk_solve(const MmaStage<K, ROWS, TC> &st, const float (&dots)[4], int g, int c)
 {
     const float2 dg = *reinterpret_cast<const float2 *>(&st.d[g][2 * c]);
     const float bg = st.beta[g];
@@ -480,12 +503,12 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     const float2 gc = *reinterpret_cast<const float2 *>(&st.gam[2 * c]);
     const float glast = st.gam[TOKEN_CHUNK - 1];
 
-    /* X, then U = X M^T */
+    /* X, then U = X M^T (tokens past the stage's TC: v, khat and k read as 0, beta is 0) */
     const int vr = srow + g; /* and vr + 8 */
-    const float x0 = bc.x * (st.v[2 * c][vr] - gc.x * pk[0]);
-    const float x1 = bc.y * (st.v[2 * c + 1][vr] - gc.y * pk[1]);
-    const float x2 = bc.x * (st.v[2 * c][vr + 8] - gc.x * pk[2]);
-    const float x3 = bc.y * (st.v[2 * c + 1][vr + 8] - gc.y * pk[3]);
+    const float x0 = bc.x * (stage_tok<1, &Stage::v>(st, 2 * c, vr).x - gc.x * pk[0]);
+    const float x1 = bc.y * (stage_tok<1, &Stage::v>(st, 2 * c + 1, vr).x - gc.y * pk[1]);
+    const float x2 = bc.x * (stage_tok<1, &Stage::v>(st, 2 * c, vr + 8).x - gc.x * pk[2]);
+    const float x3 = bc.y * (stage_tok<1, &Stage::v>(st, 2 * c + 1, vr + 8).x - gc.y * pk[3]);
     float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     mma_3xtf32<false>(u, frag_a<false>(x0, x2, x1, x3), tf32_split(cs.m0), tf32_split(cs.m1));
 
@@ -502,11 +525,13 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     /* S = Gam_7 S + (U D[7]) K^T: n-tile j's column g is key kmap(j, g / 2, g % 2) */
     constexpr bool KDA = is_kda_stage<Stage>::value;
     const FragA ud = frag_a<false>(u[0] * dl.x, u[2] * dl.x, u[1] * dl.y, u[3] * dl.y);
+    const bool kin = Stage::TOKENS == TOKEN_CHUNK || 2 * c + 1 < Stage::TOKENS; /* both tokens staged */
+    const int kt = kin ? 2 * c : 0;
     const float *k0, *k1;
     if constexpr (KDA)
-        k0 = st.khat[2 * c], k1 = st.khat[2 * c + 1];
+        k0 = st.khat[kt], k1 = st.khat[kt + 1];
     else
-        k0 = st.k[2 * c], k1 = st.k[2 * c + 1];
+        k0 = st.k[kt], k1 = st.k[kt + 1];
 #pragma unroll 2
     for (int m = 0; m < K / 16; m++) {
         /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8; as B operands,
@@ -519,8 +544,10 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
             gl = *reinterpret_cast<const float4 *>(&st.gam_last[key]);
         float s0[4] = {gl.x * x0.x, gl.y * x0.y, gl.x * x1.x, gl.y * x1.y};
         float s1[4] = {gl.z * x0.z, gl.w * x0.w, gl.z * x1.z, gl.w * x1.w};
-        mma_3xtf32<false>(s0, ud, tf32_split(k0[qk_off(2 * c, kb)]), tf32_split(k1[qk_off(2 * c + 1, kb)]));
-        mma_3xtf32<false>(s1, ud, tf32_split(k0[qk_off(2 * c, kb + 2)]), tf32_split(k1[qk_off(2 * c + 1, kb + 2)]));
+        mma_3xtf32<false>(s0, ud, tf32_split(kin ? k0[qk_off(2 * c, kb)] : 0.0f),
+                          tf32_split(kin ? k1[qk_off(2 * c + 1, kb)] : 0.0f));
+        mma_3xtf32<false>(s1, ud, tf32_split(kin ? k0[qk_off(2 * c, kb + 2)] : 0.0f),
+                          tf32_split(kin ? k1[qk_off(2 * c + 1, kb + 2)] : 0.0f));
         const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
         if (dst.tile) {
             st_rows_pair<StateT, false>(tile, K, vr, cta_rows, key, y0, y1);
@@ -535,12 +562,13 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
 
 /* CTAs per SM the register budget is set for: at K = 128 five (at most 96 registers; shared
  * memory allows five as well, 43.5 KB f32 / 45.5 KB bf16), at K = 64 four (capped at 96 it
- * spilled up to 60 bytes). KDA at K = 128: four (its stage's decays and dots make about 54 KB of
- * shared memory, so four CTAs fit; capped at 96 registers an instance spills); wide, two of
- * 8 warps (about 86 KB each), at most 128 registers as well. */
-template <int K, bool KDA, bool WIDE> __host__ __device__ constexpr int mma_min_ctas()
+ * spilled up to 60 bytes). KDA at K = 128: four in chunks of 8 (its stage's decays and dots make
+ * about 54 KB of shared memory, so four CTAs fit; capped at 96 registers an instance spills),
+ * five in chunks of 4 (about 43 KB f32 / 44 KB bf16); wide, two of 8 warps (about 86 KB each),
+ * at most 128 registers as well. */
+template <int K, bool KDA, bool WIDE, int TC = TOKEN_CHUNK> __host__ __device__ constexpr int mma_min_ctas()
 {
-    return WIDE ? 2 : K == 128 && !KDA ? 5 : 4;
+    return WIDE ? 2 : K == 128 && (!KDA || TC < TOKEN_CHUNK) ? 5 : 4;
 }
 
 /* The tensor-core path: one CTA owns rows_per_cta rows (a multiple of 16, at most mma_tile_rows()) of
@@ -548,16 +576,18 @@ template <int K, bool KDA, bool WIDE> __host__ __device__ constexpr int mma_min_
  * state tile, the slot lookup, the pass barriers and programmatic launch are those of
  * recurrent_fwd_tma_kernel. Per-step states are not written here (the launcher sends calls with
  * step_states or 2-D in-place pools to the CUDA-core paths). Dynamic shared memory:
- * mma_smem_bytes<K, StateT, KDA, WIDE>(). */
-template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false>
-__global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KDA, WIDE>())
+ * mma_smem_bytes<K, StateT, KDA, WIDE, TC>(). TC: tokens per chunk (8, or 4 in the short-chunk
+ * instances: a stage of half the size, so that KDA's tile fits five CTAs per SM). */
+template <int K, typename StateT, typename InT, bool KDA = false, bool WIDE = false, int TC = TOKEN_CHUNK>
+__global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KDA, WIDE, TC>())
     recurrent_fwd_mma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     static_assert(K == 64 || K == 128, "the tensor-core path is built for K = 64 and 128");
     static_assert(!WIDE || mma_has_wide<K, StateT, KDA>(), "the wide tile is KDA's, f32 state, K = 128");
+    static_assert(TC == TOKEN_CHUNK || (TC == 4 && !WIDE), "chunks of 8 tokens, or 4 in a narrow tile");
     constexpr int TILE_ROWS = mma_tile_rows<K, StateT, WIDE>();
     constexpr int MAX_PASSES = TILE_ROWS / MMA_ROWS;
-    using Stage = MmaStageOf<K, TILE_ROWS, KDA>;
+    using Stage = MmaStageOf<K, TILE_ROWS, KDA, TC>;
     static_assert(is_kda_stage<Stage>::value == KDA, "stage_token and the solve see the gate kind by the stage type");
     extern __shared__ __align__(128) unsigned char mma_smem[];
     StateT *const tile = reinterpret_cast<StateT *>(mma_smem);
@@ -592,7 +622,7 @@ __global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KD
         if (!p.state_indices && !p.state_in)
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
+        const int tc0 = (int)(len < TC ? len : TC);
         mma_stage_chunk<K, InT, TILE_ROWS>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         if constexpr (KDA)
             mma_pad_decays(st, tc0);
@@ -603,10 +633,10 @@ __global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KD
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + TOKEN_CHUNK - 1) / TOKEN_CHUNK : 1;
+        const int64_t chunks = len > 0 ? (len + TC - 1) / TC : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * TOKEN_CHUNK;
-            const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
+            const int64_t t0 = ci * TC;
+            const int tc = (int)(len - t0 < TC ? len - t0 : TC);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage is no longer read */
                 mma_stage_chunk<K, InT, TILE_ROWS>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);
