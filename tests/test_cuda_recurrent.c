@@ -753,39 +753,52 @@ static int test_kda_wide(void)
     return TU_PASS;
 }
 
-/* The tensor-core path's short chunks (KDA calls of at most 4 tokens per sequence on at least 128
- * (sequence, value head) pairs, with a bf16 state on at least 2048: chunks of 4 tokens): each gate
- * option at T = 4 and 3 (bf16), both state dtypes, with and without an initial state; K = 64 (two
- * row passes), V = 256 (two CTAs per value head), decays of 0 and 1 (extreme gates); varlen calls
- * of 4 tokens per sequence on average whose sequences take 0 to 3 chunks (the state kept in the
- * tile between them). */
+/* The tensor-core path's short chunks (KDA calls of at most 4 tokens per sequence that take the
+ * path: 4 tokens on at least 128 (sequence, value head) pairs, 3 with a bf16 state on 256): each gate
+ * option at T = 4 and at T = 3 (bf16), both state dtypes, with and without an initial state (the
+ * bf16 cases in 128-row tiles, two row passes); K = 64 in 64-row tiles and, at 1024 and 2048 pairs,
+ * in 128-row tiles (two passes, f32 and bf16); V = 256 (four CTAs per value head); decays of 0 and 1
+ * (extreme gates); f16 and f32 inputs without L2 norm, a scale, bf16 beta and negative eigenvalues;
+ * varlen calls of 3-4 tokens per sequence on average whose sequences take 0 to 3 chunks (the state
+ * kept in the tile between them). */
 static int test_kda_short(void)
 {
     if (!need_gpu())
         return TU_SKIP;
     uint64_t seed = g_seed + 9900;
-    for (int v = 0; v < 8; v++) {
+    for (int v = 0; v < 9; v++) {
         opts o = base_opts();
         kda_gates(&o, v);
         o.H = 16, o.HV = 32;
         o.state_dtype = v % 2 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         o.T = v < 6 ? 4 : 3;
-        if (v == 6)
+        if (v >= 6)
             o.state_dtype = GDN_DTYPE_BF16;
         o.B = o.state_dtype == GDN_DTYPE_BF16 ? 64 : 4;
         o.initial_state = v % 4 != 1;
         run_case(&o, seed++);
     }
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 7; v++) {
         opts o = base_opts();
         kda_gates(&o, v);
         o.H = 16, o.HV = 32, o.B = 4, o.T = 4;
-        if (v == 0)
+        if (v == 0) {
+            o.K = o.V = 64;
+        } else if (v == 1 || v == 2) { /* 128-row tiles of K = 64 */
             o.K = 64;
-        else if (v == 1)
+            o.B = v == 1 ? 32 : 64;
+            o.state_dtype = v == 1 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+        } else if (v == 3) {
             o.V = 256;
-        else
-            o.raw_gates = 0, o.extreme_gates = 1;
+        } else if (v == 4) {
+            o.raw_gates = 0, o.lower_bound = 0.0f, o.extreme_gates = 1;
+        } else {
+            o.dtype = v == 5 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
+            o.l2norm = 0;
+            o.scale = 0.3f;
+            o.beta_dtype = GDN_DTYPE_BF16;
+            o.allow_neg_eigval = o.raw_gates;
+        }
         run_case(&o, seed++);
     }
     static const int32_t lens[] = {9, 0, 1, 6, 12, 4, 0, 0, 3, 2, 4, 5, 1, 0, 8, 5};
@@ -794,7 +807,7 @@ static int test_kda_short(void)
         kda_gates(&o, v);
         o.H = 16, o.HV = 32;
         o.nseq = 8;
-        if (v == 1) /* bf16: 2048 pairs */
+        if (v == 1) /* bf16 in 128-row tiles: 2048 pairs */
             o.H = 32, o.HV = 128, o.nseq = 16, o.state_dtype = GDN_DTYPE_BF16;
         memcpy(o.seqlens, lens, sizeof lens);
         run_case(&o, seed++);

@@ -110,17 +110,14 @@ gdn_status launch_mma_tile(const RecurrentParams &prm, const gdn_problem *p)
  * T = 4 it lost from 128 pairs on; dev/decode/README.md). */
 inline bool use_mma_wide(const gdn_problem *p) { return tokens_per_sequence(p) >= TOKEN_CHUNK; }
 
-/* KDA calls of at most 4 tokens per sequence take chunks of 4: a stage of half the size, so five
- * CTAs per SM at K = 128, not four (H200, cold, B = 256 HV = 32 T = 4: f32 455 -> 402 us, bf16
- * 321 -> 280). With a bf16 state the short chunks start from 2048 (sequence, value head) pairs: at
- * 1024 they were 3 % slower (one wave and a half of 128-row CTAs, each staging its tokens one
- * round trip per token). GDN keeps chunks of 8: its stage fits five CTAs already, and the short
- * form was 0-4 % slower there (dev/decode/README.md). */
-inline bool use_mma_short(const gdn_problem *p, bool kda)
-{
-    const bool enough = p->state_dtype == GDN_DTYPE_F32 || p->N * p->HV >= 2048;
-    return kda && enough && tokens_per_sequence(p) <= 4;
-}
+/* KDA calls of at most 4 tokens per sequence (varlen: on average, as use_mma_path counts them; a long
+ * sequence among short ones then runs in chunks of 4, correct but in twice the chunks, a bf16
+ * state rounded in the tile every 4 tokens) take chunks of 4: a stage of half the size, so five
+ * CTAs per SM at K = 128, not four (H200, cold, HV = 32 T = 4: f32 B = 256 455 -> 402 us, bf16
+ * 321 -> 280; from B = 48 on 4-14 % faster; at B = 32 bf16 within 3 % either way across two
+ * calls). GDN keeps chunks of 8: its stage fits five CTAs already, and the short form was 0-4 %
+ * slower there (dev/decode/README.md). */
+inline bool use_mma_short(const gdn_problem *p) { return tokens_per_sequence(p) <= 4; }
 
 template <int K, typename StateT, typename InT, bool KDA>
 gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
@@ -129,8 +126,10 @@ gdn_status launch_mma(const RecurrentParams &prm, const gdn_problem *p)
         if (use_mma_wide(p))
             return launch_mma_tile<K, StateT, InT, KDA, true>(prm, p);
     }
-    if (use_mma_short(p, KDA))
-        return launch_mma_tile<K, StateT, InT, KDA, false, 4>(prm, p);
+    if constexpr (KDA) { /* no GDN instance of the short chunks is built */
+        if (use_mma_short(p))
+            return launch_mma_tile<K, StateT, InT, KDA, false, 4>(prm, p);
+    }
     return launch_mma_tile<K, StateT, InT, KDA, false>(prm, p);
 }
 
