@@ -897,8 +897,8 @@ static int test_kda_basic(void)
 static int test_kda_heads(void)
 {
     int rc = TU_PASS;
-    static const int64_t hk[6][2] = {{2, 6}, {1, 4}, {4, 4}, {12, 12}, {32, 32}, {96, 96}};
-    for (int i = 0; i < 6; i++) {
+    static const int64_t hk[7][2] = {{2, 6}, {1, 4}, {4, 4}, {12, 12}, {32, 32}, {96, 96}, {64, 64}};
+    for (int i = 0; i < 7; i++) {
         tu_case_config c = kda_case(i < 3 ? 200 : 70, hk[i][0], hk[i][1], i == 4 ? 64 : 128, 1620 + (uint64_t)i);
         char name[40];
         snprintf(name, sizeof name, "kda H=%lld HV=%lld K=%lld", (long long)hk[i][0], (long long)hk[i][1],

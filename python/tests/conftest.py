@@ -68,7 +68,7 @@ def gen():
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """Run the test; on CUDA, what the library reports as not implemented or unsupported there
-    (valid arguments the CUDA backend does not take yet: KDA gates, some dtypes) is a skip whose
+    (valid arguments the CUDA backend does not take, such as some dtypes and head dims) is a skip whose
     reason carries the library's message (pytest -rs lists them)."""
     args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     try:

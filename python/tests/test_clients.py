@@ -93,16 +93,11 @@ def small(device, gen, dtype=torch.float32):
     return tuple(t.to(device) for t in (q, k, v, g, beta))
 
 
-def keyword_warnings(call, device="cpu"):
-    """The keyword warnings `call` gives. On CUDA, a KDA call then raises GDNUnsupportedError (no
-    CUDA kernel takes KDA gates yet): the keywords are handled before that."""
+def keyword_warnings(call):
+    """The keyword warnings `call` gives (the call must succeed)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            call()
-        except libgdn.GDNUnsupportedError:
-            if device != "cuda":
-                raise
+        call()
     return [str(w.message) for w in caught if "ignoring the keyword argument" in str(w.message)]
 
 
@@ -136,7 +131,7 @@ def test_unknown_keywords_warn_once_per_function_and_name(device, gen):
             A_log, a, a, A_log, q, k, v, initial_state=pool, ssm_state_indices=slots, baz=1),
     }
     for name, call in calls.items():
-        got = keyword_warnings(call, device)
+        got = keyword_warnings(call)
         assert len(got) == 1, (name, got)
 
 
@@ -148,7 +143,7 @@ def test_result_changing_options_raise(device, gen):
                                                                   cp_context=None, chunk_size=32)) == []
     assert keyword_warnings(lambda: libgdn.fused_recurrent_gated_delta_rule(q, k, v, g, gv=None, beta=beta)) == []
     assert keyword_warnings(lambda: libgdn.chunk_kda(q, k, v, gk, beta, return_intermediate_states=False,
-                                                     disable_recompute=True), device) == []
+                                                     disable_recompute=True)) == []
     raising = [
         ("head_first", lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta, head_first=True)),
         ("cp_context", lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta, cp_context=object())),
