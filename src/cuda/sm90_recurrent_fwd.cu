@@ -113,10 +113,9 @@ inline bool use_mma_wide(const gdn_problem *p) { return tokens_per_sequence(p) >
 /* KDA calls of at most 4 tokens per sequence (varlen: on average, as use_mma_path counts them; a long
  * sequence among short ones then runs in chunks of 4, correct but in twice the chunks, a bf16
  * state rounded in the tile every 4 tokens) take chunks of 4: a stage of half the size, so five
- * CTAs per SM at K = 128, not four (H200, cold, HV = 32 T = 4: f32 B = 256 455 -> 402 us, bf16
- * 321 -> 280; from B = 48 on 4-14 % faster; at B = 32 bf16 within 3 % either way across two
- * calls). GDN keeps chunks of 8: its stage fits five CTAs already, and the short form was 0-4 %
- * slower there (dev/decode/README.md). */
+ * CTAs per SM at K = 128, not four, which is faster for both state dtypes at every batch measured
+ * but the smallest. GDN keeps chunks of 8: its stage fits five CTAs already, and the short form was
+ * slower there. Measurements: dev/decode/README.md. */
 inline bool use_mma_short(const gdn_problem *p) { return tokens_per_sequence(p) <= 4; }
 
 template <int K, typename StateT, typename InT, bool KDA>

@@ -214,14 +214,14 @@ __device__ __forceinline__ InT token_v(const RecurrentParams &p, int64_t b, int6
 }
 
 /* Stages tokens [tok0, tok0 + tc) of row b into st (tc <= Stage::TOKENS): run by the whole CTA. A
- * staging warp issues the loads of TPW of its tokens at once (more registers: the fast path's state
- * is not in registers yet, the generic path's is), then stages them. Token j goes to warp (j + 1) % W (warp
- * 0, which looks up the slot and issues the state copies, comes last), or with SPARE_W0 (the
- * tensor-core path) to warps 1 .. W - 1 only: warp 0's tokens would start their memory round
- * trip late and hold up the whole CTA. VPR > 0: v of rows threadIdx.x + u * blockDim.x (u < VPR)
- * of every token is loaded into registers before the tokens, so that v does not cost a round trip
- * of its own (the tensor-core path; in the CUDA-core fast path this raised the register count past
- * five CTAs per SM, and capping it slowed the token loop). */
+ * staging warp issues the loads of TPW of its tokens at once (more registers: the fast path's
+ * state is not in registers yet, the generic path's is), then stages them. Token j goes to warp
+ * (j + 1) % W (warp 0, which looks up the slot and issues the state copies, comes last), or with
+ * SPARE_W0 (the tensor-core path) to warps 1 .. W - 1 only: warp 0's tokens would start their
+ * memory round trip late and hold up the whole CTA. VPR > 0: v of rows
+ * threadIdx.x + u * blockDim.x (u < VPR) of every token is loaded into registers before the tokens, so that v does
+ * not cost a round trip of its own (the tensor-core path; in the CUDA-core fast path this raised
+ * the register count past five CTAs per SM, and capping it slowed the token loop). */
 template <int K, typename InT, int TPW, int VPR, bool SPARE_W0, typename Stage>
 __device__ __forceinline__ void stage_tokens(const RecurrentParams &p, Stage &st, int64_t b,
                                              int64_t tok0, int tc, int h, int hv, int row_base, int rows_per_cta)
