@@ -43,12 +43,12 @@ compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_rec
     kda_pools kda_options >"$OUT/memcheck.log" 2>&1
 note "memcheck recurrent: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" varlen odd_lengths cp_small strided \
-    pool >>"$OUT/memcheck.log" 2>&1
+    pool kda_basic kda_varlen >>"$OUT/memcheck.log" 2>&1
 note "memcheck chunk: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/test_cuda_primitives" >>"$OUT/memcheck.log" 2>&1
 note "memcheck primitives: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_chunk" basic mid_heads cp_small \
-    pool >"$OUT/racecheck.log" 2>&1
+    pool kda_basic kda_varlen >"$OUT/racecheck.log" 2>&1
 note "racecheck chunk: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/test_cuda_recurrent" pool_decode single_token_paths multi_token_paths \
     kda_tokens kda_extreme_gates >>"$OUT/racecheck.log" 2>&1

@@ -7,8 +7,8 @@
 #
 # test      tests/test_cuda_chunk, every case (GDN's and the kda_* ones)
 # pytest    python/tests/test_kda.py on the library just built (cpu and cuda)
-# sanitize  compute-sanitizer memcheck and racecheck on kda_basic, kda_varlen, kda_cp
-#           (names the binary does not know select nothing: "0 passed")
+# sanitize  compute-sanitizer memcheck and racecheck on every kda_* case of test_cuda_chunk
+#           (SANITIZE_CASES overrides the list; names the binary does not know select nothing)
 # fla       bench/fla_kda_prefill.py: FLA's chunk_kda beside libgdn's, same inputs, graph and eager;
 #           accuracy of both vs float64 (needs .peers/fla carried: run(carry=[".peers/fla"]));
 #           FLA_ARGS adds options (--only SUBSTR, --skip-accuracy)
@@ -58,14 +58,13 @@ for s in $steps; do
     sanitize)
         # A sanitized run is 10-100x slower: each tool gets SANITIZE_TIMEOUT seconds (rc 124 past it).
         t0=$(date +%s)
-        timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 $TEST kda_basic kda_varlen kda_cp \
-            >"$OUT/sanitize.log" 2>&1
-        log "memcheck (kda_basic, kda_varlen, kda_cp): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -n 1);" \
-            "$(grep -E '^[0-9]+ passed' "$OUT/sanitize.log" | tail -n 1)"
-        timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool racecheck --error-exitcode 9 $TEST kda_basic kda_varlen kda_cp \
-            >"$OUT/racecheck.log" 2>&1
-        log "racecheck (kda_basic, kda_varlen, kda_cp): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -n 1);" \
-            "$(grep -E '^[0-9]+ passed' "$OUT/racecheck.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+        cases=${SANITIZE_CASES:-kda_basic kda_heads kda_raw_gates kda_extreme kda_states kda_varlen kda_cp kda_coop kda_pool}
+        for tool in memcheck racecheck; do
+            timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 $TEST $cases \
+                >"$OUT/$tool.log" 2>&1
+            log "$tool ($cases): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/$tool.log" | tail -n 1);" \
+                "$(grep -E '^[0-9]+ passed' "$OUT/$tool.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+        done
         ;;
     fla)
         # FLA autotunes each kernel on first use, which takes minutes; Triton keeps the results in

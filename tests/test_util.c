@@ -1243,3 +1243,14 @@ void tu_case_set_extreme_gates(tu_case *c)
         c->g[i] = (float)g;
     }
 }
+
+void tu_case_set_zero_gates(tu_case *c, int64_t t0, int64_t t1)
+{
+    const tu_case_config *k = &c->c;
+    const int64_t per_tok = k->HV * (k->kind == GDN_GATE_KDA ? k->K : 1);
+    for (int64_t i = 0; i < k->B * k->T * per_tok; i++) {
+        const int64_t tok = i / per_tok % k->T;
+        if (tok >= t0 && tok < t1)
+            c->g64[i] = 0.0, c->g[i] = 0.0f;
+    }
+}

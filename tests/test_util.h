@@ -231,6 +231,9 @@ void tu_case_init(tu_case *c, const tu_case_config *cfg);
  * cycles g = -inf, -60, -15, -3, -0.5, -1e-4, 0; 1 and 2 hold -3 and -1.5; 3 keeps its draw. KDA: per
  * key channel, the cycle shifted by the key and holding -1e4 too. */
 void tu_case_set_extreme_gates(tu_case *c);
+/* Overwrites the precomputed gates (raw_gates = 0) with g = 0, no decay at all, at time steps
+ * [t0, t1) of every batch row, head and key: the state then keeps every token of the run. */
+void tu_case_set_zero_gates(tu_case *c, int64_t t0, int64_t t1);
 void tu_case_free(tu_case *c);
 /* Poisons c->o and c->ht. */
 void tu_case_poison(tu_case *c);

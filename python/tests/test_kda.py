@@ -141,3 +141,36 @@ def test_chunk_kda_on_the_recurrent_kernel(gen, monkeypatch):
     assert rel_err(o_rec, o_chunk) < 2e-5
     assert rel_err(h_rec, h_chunk) < 2e-5
 
+
+
+@pytest.mark.parametrize("K,HV,H,opt", [(64, 4, 2, "beta_logits"), (128, 4, 2, "neg_eigval"), (64, 3, 1, "plain"),
+                                        (128, 12, 4, "beta_logits")])
+def test_chunk_kda_chunk_kernel_options(device, gen, monkeypatch, K, HV, H, opt):
+    """chunk_kda with 16-bit inputs, which the CUDA chunk kernel takes (not the recurrent one):
+    K = 64 and 128, GVA, several chunks per sequence and an empty one, the in-kernel safe gate, beta
+    from logits in-kernel (with allow_neg_eigval, beta = 2 sigmoid), a K-first initial state."""
+    from libgdn import ops
+    routed = []
+    real = ops._recurrent_instead
+    monkeypatch.setattr(ops, "_recurrent_instead", lambda fn, q_, kind: routed.append(real(fn, q_, kind)) or routed[-1])
+    V, cu = K, [0, 150, 150, 300]
+    q, k, v, _, beta = make_inputs(1, 300, H, HV, K, V, torch.bfloat16, "cpu", kda=True, gen=gen)
+    a = torch.randn(1, 300, HV, K, generator=gen).bfloat16()
+    A_log = torch.rand(HV, generator=gen)
+    dt_bias = torch.randn(HV * K, generator=gen)
+    h0 = torch.randn(3, HV, K, V, generator=gen) * 0.5
+    ref_beta = beta
+    kw = dict(initial_state=h0.to(device), output_final_state=True, use_qk_l2norm_in_kernel=True,
+              cu_seqlens=torch.tensor(cu, device=device), use_gate_in_kernel=True, A_log=A_log.to(device),
+              dt_bias=dt_bias.to(device), safe_gate=True, lower_bound=-5.0)
+    if opt != "plain":
+        beta = torch.randn(1, 300, HV, generator=gen).bfloat16()
+        ref_beta = torch.sigmoid(beta.double()) * (2.0 if opt == "neg_eigval" else 1.0)
+        kw.update(use_beta_sigmoid_in_kernel=True, allow_neg_eigval=opt == "neg_eigval")
+    ref_g = -5.0 * torch.sigmoid(A_log.double().exp()[:, None] * (a.double() + dt_bias.double().view(HV, K)))
+    ref_o, ref_h, _ = recurrence(q, k, v, ref_g, ref_beta, h0=h0, cu_seqlens=cu, use_qk_l2norm=True,
+                                 keep_steps=False)
+    o, h = libgdn.chunk_kda(q.to(device), k.to(device), v.to(device), a.to(device), beta.to(device), **kw)
+    assert routed and not any(routed), "the chunk kernel did not take the call"
+    assert rel_err(o, ref_o) < 5e-3
+    assert rel_err(h, ref_h) < 5e-3

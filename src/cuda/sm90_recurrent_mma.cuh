@@ -117,6 +117,15 @@ template <int W, auto M, typename Stage> __device__ __forceinline__ float2 stage
     return W == 2 ? *reinterpret_cast<const float2 *>(x) : make_float2(x[0], 0.0f);
 }
 
+/* The keys the state update reads (stage_tok's member): KDA's khat (k decayed to the chunk's end),
+ * GDN's k. */
+template <typename Stage> struct update_keys {
+    static constexpr auto member = &Stage::k;
+};
+template <int K, int ROWS, int TC> struct update_keys<MmaKdaStage<K, ROWS, TC>> {
+    static constexpr auto member = &MmaKdaStage<K, ROWS, TC>::khat;
+};
+
 /* The path's tile: tile_rows() (32 KB of state, 4 warps). KDA with an f32 state at K = 128 has a
  * wide instance as well (WIDE): 128 rows (64 KB), a whole value head at V = 128, and 8 warps.
  * KDA's stage (the tokens, their decays per key and the chunk's dots) is the same for every row
@@ -525,13 +534,7 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
     /* S = Gam_7 S + (U D[7]) K^T: n-tile j's column g is key kmap(j, g / 2, g % 2) */
     constexpr bool KDA = is_kda_stage<Stage>::value;
     const FragA ud = frag_a<false>(u[0] * dl.x, u[2] * dl.x, u[1] * dl.y, u[3] * dl.y);
-    const bool kin = Stage::TOKENS == TOKEN_CHUNK || 2 * c + 1 < Stage::TOKENS; /* both tokens staged */
-    const int kt = kin ? 2 * c : 0;
-    const float *k0, *k1;
-    if constexpr (KDA)
-        k0 = st.khat[kt], k1 = st.khat[kt + 1];
-    else
-        k0 = st.k[kt], k1 = st.k[kt + 1];
+    constexpr auto KU = update_keys<Stage>::member;
 #pragma unroll 2
     for (int m = 0; m < K / 16; m++) {
         /* n-tiles 2m (keys 16m + 4c + 0..1) and 2m + 1 (+ 2..3) of rows g, g + 8; as B operands,
@@ -544,10 +547,10 @@ __device__ __forceinline__ void strip_solve_update(const RecurrentParams &p, con
             gl = *reinterpret_cast<const float4 *>(&st.gam_last[key]);
         float s0[4] = {gl.x * x0.x, gl.y * x0.y, gl.x * x1.x, gl.y * x1.y};
         float s1[4] = {gl.z * x0.z, gl.w * x0.w, gl.z * x1.z, gl.w * x1.w};
-        mma_3xtf32<false>(s0, ud, tf32_split(kin ? k0[qk_off(2 * c, kb)] : 0.0f),
-                          tf32_split(kin ? k1[qk_off(2 * c + 1, kb)] : 0.0f));
-        mma_3xtf32<false>(s1, ud, tf32_split(kin ? k0[qk_off(2 * c, kb + 2)] : 0.0f),
-                          tf32_split(kin ? k1[qk_off(2 * c + 1, kb + 2)] : 0.0f));
+        mma_3xtf32<false>(s0, ud, tf32_split(stage_tok<1, KU>(st, 2 * c, qk_off(2 * c, kb)).x),
+                          tf32_split(stage_tok<1, KU>(st, 2 * c + 1, qk_off(2 * c + 1, kb)).x));
+        mma_3xtf32<false>(s1, ud, tf32_split(stage_tok<1, KU>(st, 2 * c, qk_off(2 * c, kb + 2)).x),
+                          tf32_split(stage_tok<1, KU>(st, 2 * c + 1, qk_off(2 * c + 1, kb + 2)).x));
         const float4 y0 = make_float4(s0[0], s0[1], s1[0], s1[1]), y1 = make_float4(s0[2], s0[3], s1[2], s1[3]);
         if (dst.tile) {
             st_rows_pair<StateT, false>(tile, K, vr, cta_rows, key, y0, y1);
