@@ -31,15 +31,16 @@ using gdn_sm90::Tf32Pair;
 constexpr int C = 64;                                    /* chunk length */
 constexpr int TILE_BYTES = C * C * 2;                    /* one 64 x 64 bf16 / f16 tile in shared memory */
 constexpr int TRI_BYTES = 16 * (2 + 4 + 6 + 8) * 16;     /* its 16 x 16 blocks on and below the diagonal */
-constexpr int COEF_FLOATS = 3 * C + 4;                   /* ck, cq, cu [64] each, gC, padding */
-constexpr int WS_CHUNK = 2 * TRI_BYTES + COEF_FLOATS * 4;  /* workspace: Tb, Pm, coefficients: 11024 B */
+constexpr int COEF_BETA = 3 * C + 4;                     /* beta's row in the coefficients */
+constexpr int COEF_FLOATS = COEF_BETA + C;                /* ck, cq, cu [64] each, gC, padding, beta [64] */
+constexpr int WS_CHUNK = 2 * TRI_BYTES + COEF_FLOATS * 4;  /* workspace: Tb, Pm, coefficients: 11280 B */
 static_assert(WS_CHUNK % 16 == 0 && (COEF_FLOATS * 4) % 16 == 0, "workspace: whole 16-byte copies");
-constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 689 */
+constexpr int WS_COPIES = WS_CHUNK / 16;                   /* 705 */
 constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory offset of each copy */
 
 /* KDA's chunk record (kda_prep, sm90_kda_prep.cuh): the decay differs per key, so it sits inside
  * the products and no row factor carries it. The record holds Tb and Pm as GDN's, then the chunk's
- * decay exp(Gam_C) per key (f32), then three bf16 / f16 images of 64 x K tiles in chunk_wg's
+ * decay exp(Gam_C) per key and beta per token (f32), then three bf16 / f16 images of 64 x K tiles in chunk_wg's
  * shared-memory layout (K / 64 swizzled boxes each), copied there as they are:
  *   Q~ = scale rq exp(Gam) o Q     (O^T's inter-chunk product; replaces Q)
  *   K~ = rk exp(Gam) o K           (Y^T = S^T K~^T; replaces K)
@@ -47,10 +48,11 @@ constexpr int WS_MAP_BYTES = (WS_COPIES * 2 + 15) / 16 * 16; /* shared-memory of
  * Every exponent is <= 0. */
 template <int K> struct KdaRec {
     static constexpr int GC = 2 * TRI_BYTES;        /* exp(Gam_C) [K], f32 */
-    static constexpr int IMG = GC + K * 4;          /* Q~, K~, K^ */
+    static constexpr int BETA = GC + K * 4;         /* beta [C], f32 */
+    static constexpr int IMG = BETA + C * 4;        /* Q~, K~, K^ */
     static constexpr int TILE = C * K * 2;
     static constexpr int BYTES = IMG + 3 * TILE;
-    static constexpr int COPIES = IMG / 16;         /* Tb, Pm and exp(Gam_C): through chunk_wg's copy map */
+    static constexpr int COPIES = IMG / 16;         /* Tb, Pm, exp(Gam_C), beta: through chunk_wg's copy map */
     static_assert(COPIES <= WS_COPIES, "KDA record: chunk_wg's copy map holds GDN's count");
 };
 

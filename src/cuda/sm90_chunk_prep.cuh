@@ -436,13 +436,16 @@ template <typename T> __device__ __forceinline__ void tri_to_full(const T *tri, 
     }
 }
 
-/* prep_inverse, then Tb = T diag(beta) into the record (tb_out); bh is the head's beta. */
+/* prep_inverse, then Tb = T diag(beta) below the diagonal into the record (tb_out); bh is the
+ * head's beta. The diagonal (T's is 1) is left 0: chunk_wg applies beta there in f32 (Vn^T starts
+ * as X^T diag(beta)), so a chunk's own token reaches Vn rounded once, not through a bf16 beta and
+ * a bf16 X as well. */
 template <int LD, typename T>
 __device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, const float *bh, T *tb_out, int tid, int bar)
 {
     prep_inverse<LD>(As, Ts, tid, bar);
 
-    /* Tb = T diag(beta): the chunks of the blocks on and below the diagonal (tri_chunk). A
+    /* The chunks of the blocks on and below the diagonal (tri_chunk). A
      * warp takes one chunk column of 32 rows: with the pitch of 68 floats its float4 reads
      * of T hit every bank once per 8 rows, and beta is a broadcast. */
     for (int idx = tid; idx < C * 8; idx += 128) {
@@ -458,7 +461,7 @@ __device__ __forceinline__ void prep_inverse_tb(const float *As, float *Ts, cons
         uint32_t w[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            w[e] = Mma16<T>::pack(j + 2 * e <= i ? x[2 * e] : 0.f, j + 2 * e + 1 <= i ? x[2 * e + 1] : 0.f);
+            w[e] = Mma16<T>::pack(j + 2 * e < i ? x[2 * e] : 0.f, j + 2 * e + 1 < i ? x[2 * e + 1] : 0.f);
         *reinterpret_cast<uint4 *>(tb_out + tri_chunk(i, ch) * 8) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
@@ -627,6 +630,7 @@ __device__ __forceinline__ void prep_body(const ChunkParams &p, int hv0, int64_t
             coef[2 * C + tid] = rk[tid] * expf(gc - gi);        /* cu: rows of Vnew in the update */
             if (tid < 4)
                 coef[3 * C + tid] = tid == 0 ? expf(gc) : 0.f; /* gC */
+            coef[COEF_BETA + tid] = bh[tid];                    /* beta: Tb's diagonal, in f32 */
             if (p.bwd_rec) /* its beta and live rows come from prep_store_gates */
                 store_bwd_rows(reinterpret_cast<float *>(bwd_rec_of(p, hv0 + hh, slot) + REC_ROWS), tid, gi, gc,
                                rk[tid], rq[tid], p.scale);

@@ -8,8 +8,9 @@
  *   warps 0-3 (chain warpgroup)  S^T (64 x K, f32) in wgmma accumulators across chunks. Per chunk:
  *                                S^T as bf16 A fragments, also stored to shared memory for the
  *                                output warpgroup; Y^T = S^T K^T (RS); X^T = V^T - ck Y^T in f32,
- *                                rounded once; Vn^T = X^T Tb^T (RS), stored for the output
- *                                warpgroup; S^T = gC S^T + (Vn^T cu) K (RS, K as MN-major B).
+ *                                rounded once; Vn^T = X^T diag(beta) (f32) + X^T Tb^T (RS, Tb
+ *                                strictly lower), stored for the output warpgroup;
+ *                                S^T = gC S^T + (Vn^T cu) K (RS, K as MN-major B).
  *   warps 4-7 (output warpgroup) O^T = cq (S^T Q^T) + Vn^T Pm^T (SS, both A operands from the
  *                                chain's hand-off tiles), then O through a staging tile
  *                                (stmatrix.trans) with 16-byte stores of the valid rows.
@@ -61,7 +62,7 @@ template <int K, bool PRE, bool KDA = false> struct WgSmem {
     static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64; /* KB: boxes of a Q or K tile */
     static constexpr int S = KDA ? 2 : WgConfig<PRE>::STAGES;
     static constexpr int Q = 0, KT = PRE ? 0 : KB * B, KU = KDA ? KT + KB * B : KT, V = KU + KB * B;
-    static constexpr int TB = V + B, PM = TB + B, COEF = PM + B, COEF_BYTES = KDA ? K * 4 : COEF_FLOATS * 4;
+    static constexpr int TB = V + B, PM = TB + B, COEF = PM + B, COEF_BYTES = KDA ? (K + C) * 4 : COEF_FLOATS * 4;
     static constexpr int STAGE = (COEF + COEF_BYTES + 1023) / 1024 * 1024;
     static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
     static constexpr int MAP = OST + (PRE ? 0 : 2 * B);
@@ -440,6 +441,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             const uint64_t dks = desc_add(dk, so), dms = desc_add(dm, so);
             const float *ck = reinterpret_cast<const float *>(smem + so + L::COEF), *cu = ck + 2 * C;
             const float *gck = ck; /* KDA: exp(Gam_C) [K] */
+            const float *bc = KDA ? ck + K : ck + COEF_BETA; /* beta [C] */
             /* The products are asynchronous: the work that does not feed the next one (hand-offs to
              * the output warpgroup, fragment loads, the decay of S^T) runs while it computes. A
              * register that an issued wgmma reads or writes is touched only after its wait. */
@@ -483,25 +485,33 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             wait<0>();
             acc_fence(y);
 
-            /* X^T = V^T - ck Y^T in f32, rounded once into A fragments (k = tokens). */
+            /* X^T = V^T - ck Y^T in f32, rounded once into A fragments (k = tokens); Vn^T starts
+             * as X^T diag(beta) from the f32 values (the record's Tb has no diagonal). */
             uint32_t xa[4][4];
+            float (&vn)[32] = y; /* each y is read once, then holds its Vn^T start */
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
                 const float2 v00 = Mma16<T>::unpack(vt[jt][0]), v10 = Mma16<T>::unpack(vt[jt][1]);
                 const float2 v01 = Mma16<T>::unpack(vt[jt][2]), v11 = Mma16<T>::unpack(vt[jt][3]);
                 const float *yj = y + 8 * jt;
-                xa[jt][0] = Mma16<T>::pack(v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1]);
-                xa[jt][1] = Mma16<T>::pack(v10.x - c0[jt].x * yj[2], v10.y - c0[jt].y * yj[3]);
-                xa[jt][2] = Mma16<T>::pack(v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5]);
-                xa[jt][3] = Mma16<T>::pack(v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]);
+                const float x[8] = {v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1], v10.x - c0[jt].x * yj[2],
+                                    v10.y - c0[jt].y * yj[3], v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5],
+                                    v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]};
+                float2 b0, b1;
+                col_pairs(bc, jt, t, b0, b1);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    xa[jt][e] = Mma16<T>::pack(x[2 * e], x[2 * e + 1]);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    vn[8 * jt + e] = x[e] * (e < 4 ? (e & 1 ? b0.y : b0.x) : (e & 1 ? b1.y : b1.x));
             }
 
-            /* Vn^T = X^T Tb^T (Tb stored [i][j]: K-major B). */
-            float vn[32];
+            /* Vn^T += X^T Tb^T (Tb stored [i][j]: K-major B). */
             fence();
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                mma_rs<T, 0>(vn, xa[j], desc_add(dks, L::TB + kmajor_step(j)), j > 0);
+                mma_rs<T, 0>(vn, xa[j], desc_add(dks, L::TB + kmajor_step(j)), 1);
             commit();
 
             /* Meanwhile: S^T decays by gC, and cu. */

@@ -326,6 +326,8 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
         }
         if (tid < K)
             reinterpret_cast<float *>(rec + KR::GC)[tid] = fast_exp2(Gs[(C - 1) * GLD + tid]);
+        if (tid < C)
+            reinterpret_cast<float *>(rec + KR::BETA)[tid] = bet[tid];
     }
 
     /* The decayed products of block row w (see the file comment). */
