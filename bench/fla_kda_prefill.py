@@ -65,6 +65,18 @@ def make_inputs(B, T, H, gate, seed=0, extreme=False):
     return (q, k, v, g, beta), kw, g64
 
 
+def shape_inputs(B, T, H, nseq, gate):
+    """The inputs of one SHAPES row: (args, keywords with cu_seqlens, host cu_seqlens or None);
+    varlen rows (nseq > 0) take fla_prefill's random lengths."""
+    cu = cu_cpu = None
+    if nseq:
+        cu_cpu, T = varlen_cu(nseq)
+        cu = cu_cpu.to(device="cuda", dtype=torch.int32)
+    args, kw, _ = make_inputs(B, T, H, gate)
+    kw["cu_seqlens"] = cu
+    return args, kw, cu_cpu
+
+
 def reference_f64(q, k, v, g64, beta, scale, cu=None):
     """The KDA recurrence in float64 (per-key decays), all heads at once, B = 1."""
     _, T, H, K = q.shape
@@ -107,12 +119,9 @@ def bench(out, only=None):
     for name, B, T, H, nseq, gate in SHAPES:
         if only and only not in name:
             continue
-        cu = cu_cpu = None
+        args, kw, cu_cpu = shape_inputs(B, T, H, nseq, gate)
         if nseq:
-            cu_cpu, T = varlen_cu(nseq)
-            cu = cu_cpu.to(device="cuda", dtype=torch.int32)
-        args, kw, _ = make_inputs(B, T, H, gate)
-        kw["cu_seqlens"] = cu
+            T = int(cu_cpu[-1])
         o1, h1 = libgdn.chunk_kda(*args, **kw)
         o2, h2 = fla_kda(*args, cu_seqlens_cpu=cu_cpu, **kw)
         torch.cuda.synchronize()

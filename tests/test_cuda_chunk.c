@@ -944,13 +944,11 @@ static int test_kda_extreme(void)
     rc = combine(rc, run_case("kda extreme gates cp", c, (opts){.tol = 1e-2, .report = 1, .extreme_gates = 1}));
     /* No decay for hundreds of tokens: within chunks on tensor cores, across chunks, and across
      * the CP segments (T = 3000 at H = 2 takes the CP path, as kda_cp). The state then holds the
-     * whole run and o is mostly q S, whose bf16 S^T operand sets the error (FLA's h is bf16 as
-     * well): o 5.0-5.2e-3 here, about 5.2e-3 for both libraries in bench/fla_kda_prefill.py's
-     * g = 0 case, so these take the long-memory cases' 6e-3 bar. */
+     * whole run and o is mostly q S, whose bf16 S^T operand sets most of the error. */
     c = kda_case(1000, 2, 4, 128, 1644);
-    rc = combine(rc, run_case("kda zero gates 800 tokens", c, (opts){.tol = 6e-3, .report = 1, .zero_run = {100, 900}}));
+    rc = combine(rc, run_case("kda zero gates 800 tokens", c, (opts){.tol = 5e-3, .report = 1, .zero_run = {100, 900}}));
     c = kda_case(3000, 2, 4, 128, 1645);
-    rc = combine(rc, run_case("kda zero gates cp", c, (opts){.tol = 6e-3, .report = 1, .zero_run = {200, 2800}}));
+    rc = combine(rc, run_case("kda zero gates cp", c, (opts){.tol = 5e-3, .report = 1, .zero_run = {200, 2800}}));
     c = kda_case(300, 2, 4, 128, 1643);
     c.dtype = GDN_DTYPE_F16;
     c.beta_dtype = GDN_DTYPE_F16;
@@ -994,17 +992,17 @@ static int test_kda_varlen(void)
 
 /* Context parallelism with KDA gates: long-memory gates (g ~ -0.0025) so that segments carry
  * state. There the state sums thousands of tokens and each chunk's bf16 roundings (S^T, X^T,
- * Vn^T and KDA's decayed K tiles, one rounding more than GDN's) add up, so the long-memory cases
- * take a 6e-3 bar (their errors: dev/prefill/README.md, "KDA chunked prefill"). */
+ * Vn^T and KDA's decayed K tiles) add up: these are the largest KDA errors, still under issue
+ * 16's 5e-3. */
 static int test_kda_cp(void)
 {
     tu_case_config c = cp_case(3000, 2, 4, 128, 1670);
     c.kind = GDN_GATE_KDA;
-    int rc = run_case("kda cp T=3000", c, (opts){.check_determinism = 1, .tol = 6e-3, .report = 1});
+    int rc = run_case("kda cp T=3000", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1});
     c = cp_case(2113, 1, 1, 64, 1671);
     c.kind = GDN_GATE_KDA;
     c.layout = GDN_STATE_VK;
-    rc = combine(rc, run_case("kda cp K=V=64 VK", c, (opts){.tol = 6e-3, .report = 1, .graph = 1}));
+    rc = combine(rc, run_case("kda cp K=V=64 VK", c, (opts){.tol = 5e-3, .report = 1, .graph = 1}));
     c = base(2500, 1, 2, 128, 1672);
     c.kind = GDN_GATE_KDA;
     c.raw_gates = 1;
@@ -1012,7 +1010,7 @@ static int test_kda_cp(void)
     rc = combine(rc, run_case("kda cp raw gates", c, KDA_OPTS));
     c = cp_case(1990, 1, 1, 64, 1673);
     c.kind = GDN_GATE_KDA;
-    rc = combine(rc, run_case("kda cp, plain workspace", c, (opts){.tol = 6e-3, .report = 1, .ws_least = 1}));
+    rc = combine(rc, run_case("kda cp, plain workspace", c, (opts){.tol = 5e-3, .report = 1, .ws_least = 1}));
     return rc;
 }
 

@@ -12,8 +12,7 @@ import sys
 import torch
 
 import libgdn
-from fla_kda_prefill import SHAPES, make_inputs
-from fla_prefill import varlen_cu
+from fla_kda_prefill import SHAPES, shape_inputs
 
 args = sys.argv[1:]
 once = bool(args) and args[-1] == "once"
@@ -21,12 +20,7 @@ wanted = [a for a in args if a != "once"] or [s[0] for s in SHAPES]
 for name, B, T, H, nseq, gate in SHAPES:
     if not any(w in name for w in wanted):
         continue
-    cu = None
-    if nseq:
-        cu_cpu, T = varlen_cu(nseq)
-        cu = cu_cpu.to(device="cuda", dtype=torch.int32)
-    inputs, kw, _ = make_inputs(B, T, H, gate)
-    kw["cu_seqlens"] = cu
+    inputs, kw, _ = shape_inputs(B, T, H, nseq, gate)
     if once:
         libgdn.chunk_kda(*inputs, **kw)
         torch.cuda.synchronize()
