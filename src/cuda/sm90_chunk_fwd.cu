@@ -11,14 +11,14 @@
  *               only), then per value head A from K K^T, T = (I + A)^-1 in 16 x 16 blocks
  *               (diagonal blocks by forward substitution in f32, the others by 3xTF32
  *               tensor-core products), and the masked, decayed Q K^T. Writes per chunk to the
- *               workspace: Tb = T diag(beta) and Pm (bf16 / f16, 64 x 64 each, lower
- *               triangular: only the 16 x 16 blocks on and below the diagonal are kept) and f32
- *               row factors.
+ *               workspace: Tb = T diag(beta) below the diagonal and Pm (bf16 / f16, 64 x 64
+ *               each, lower triangular: only the 16 x 16 blocks on and below the diagonal are
+ *               kept), f32 row factors and beta.
  *   chunk_wg    (sm90_chunk_wg.cuh) one CTA per (sequence, value head, 64 value rows): the state
  *               chain on warpgroup MMA, S^T (64 x K, f32) in accumulators across chunks, with an
  *               output warpgroup and a copy warpgroup beside it. Per chunk (M = value rows):
  *                 Y^T  = S^T K^T          X^T = V^T - ck * Y^T   (f32, one rounding)
- *                 Vn^T = X^T Tb^T         O^T = cq * (S^T Q^T) + Vn^T Pm^T
+ *                 Vn^T = X^T diag(beta) + X^T Tb^T      O^T = cq * (S^T Q^T) + Vn^T Pm^T
  *                 S^T  = gC * S^T + (Vn^T * cu) K
  *
  * KDA gates (a decay per key): kda_prep (sm90_kda_prep.cuh) takes chunk_prep's place, one CTA per

@@ -56,7 +56,7 @@ template <bool PRE> struct WgConfig {
 };
 
 /* A stage: Q (none in PRE), K, KDA's K^ (KU; GDN's update reads K), V, then the workspace chunk's
- * image (Tb, Pm, coefficients; KDA: exp(Gam_C) per key). KDA's stage holds one more K-wide tile,
+ * image (Tb, Pm, coefficients with beta; KDA: exp(Gam_C) per key, beta). KDA's stage holds one more K-wide tile,
  * so two stages fit where GDN has three. */
 template <int K, bool PRE, bool KDA = false> struct WgSmem {
     static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64; /* KB: boxes of a Q or K tile */
