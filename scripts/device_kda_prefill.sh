@@ -58,7 +58,7 @@ for s in $steps; do
     sanitize)
         # A sanitized run is 10-100x slower: each tool gets SANITIZE_TIMEOUT seconds (rc 124 past it).
         t0=$(date +%s)
-        cases=${SANITIZE_CASES:-kda_basic kda_heads kda_raw_gates kda_extreme kda_states kda_varlen kda_cp kda_coop kda_pool}
+        cases=${SANITIZE_CASES:-kda_basic kda_heads kda_raw_gates kda_extreme kda_states kda_varlen kda_cp kda_coop kda_many kda_pool}
         for tool in memcheck racecheck; do
             timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 $TEST $cases \
                 >"$OUT/$tool.log" 2>&1

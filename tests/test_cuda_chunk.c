@@ -1039,6 +1039,29 @@ static int test_kda_coop(void)
     return rc;
 }
 
+/* More main-pass CTAs than half the SMs, without CP: kda_prep over all chunks, then the main pass
+ * (launch_two), fixed length with many heads and varlen at any head count. On 132 SMs: 192 and 120
+ * main-pass CTAs. */
+static int test_kda_many(void)
+{
+    tu_case_config c = kda_case(700, 48, 48, 128, 1690);
+    c.B = 2;
+    int rc = run_case("kda many B=2 H=48 graph", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1, .graph = 1});
+    c = kda_case(400, 8, 40, 64, 1691);
+    c.B = 3;
+    c.raw_gates = 1;
+    c.lower_bound = -5.f;
+    c.layout = GDN_STATE_VK;
+    c.state_dtype = GDN_DTYPE_BF16;
+    rc = combine(rc, run_case("kda many B=3 GVA K=64 raw gates bf16 VK", c, (opts){.tol = 1e-2, .report = 1}));
+    c = kda_case(0, 16, 32, 128, 1692);
+    static const int32_t lens[5] = {300, 0, 1, 900, 64};
+    c.nseq = 5;
+    memcpy(c.seqlens, lens, sizeof lens);
+    rc = combine(rc, run_case("kda many varlen H=32", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+    return rc;
+}
+
 /* The state pool and checkpoints with KDA gates (tu_pool_run's chunk specs). */
 static int test_kda_pool(void)
 {
@@ -1089,6 +1112,7 @@ int main(int argc, char **argv)
         {"kda_varlen", test_kda_varlen},
         {"kda_cp", test_kda_cp},
         {"kda_coop", test_kda_coop},
+        {"kda_many", test_kda_many},
         {"kda_pool", test_kda_pool},
     };
     const char *why = tu_cuda_unavailable();
