@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 ldsm_x4_t(vt[jt], st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
                 if constexpr (KDA)
                     c0[jt] = c1[jt] = make_float2(1.f, 1.f);
-                else
+                else if constexpr (!PRE)
                     col_pairs(ck, jt, t, c0[jt], c1[jt]);
             }
             wait<0>();
@@ -494,6 +494,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 const float2 v00 = Mma16<T>::unpack(vt[jt][0]), v10 = Mma16<T>::unpack(vt[jt][1]);
                 const float2 v01 = Mma16<T>::unpack(vt[jt][2]), v11 = Mma16<T>::unpack(vt[jt][3]);
                 const float *yj = y + 8 * jt;
+                if constexpr (PRE && !KDA)
+                    col_pairs(ck, jt, t, c0[jt], c1[jt]); /* here, not under Y^T: fewer live registers */
                 const float x[8] = {v00.x - c0[jt].x * yj[0], v00.y - c0[jt].y * yj[1], v10.x - c0[jt].x * yj[2],
                                     v10.y - c0[jt].y * yj[3], v01.x - c1[jt].x * yj[4], v01.y - c1[jt].y * yj[5],
                                     v11.x - c1[jt].x * yj[6], v11.y - c1[jt].y * yj[7]};
