@@ -154,7 +154,7 @@ struct SeqInfo {
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+__host__ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Chunk slots per value head, the map below on the host: fixed length N ceil(T / C); varlen
  * floor(T / C) + N + 1, as sequence n starts at slot floor(cu[n] / C) + n (the host needs no

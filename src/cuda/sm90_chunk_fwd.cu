@@ -222,19 +222,35 @@ template <int K, bool KDA> constexpr int coop_smem_bytes()
     return KDA && UNITS > WB ? UNITS : WB;
 }
 
-/* KDA: kda_prep alone on every SM takes about as long as the main pass at these shapes, and in
- * the grid it has only the spare CTAs, so at the fewest spare SMs it would fall behind the main
- * pass. The first X of every sequence's cps chunks therefore run before the grid, on every SM
- * (kda_prep_kernel), with (cps - X) SMs / (R spare) <= cps: the grid's units reach the last
- * chunk when the main pass does. R = 1.45 is the units' speed in the grid against their share of
- * the all-SM prep pass, which is partly bound by DRAM (dev/prefill/README.md, "KDA's cooperative
- * grid": of the prefixes timed, 25 % was best with 68 spare SMs of 132, none with 100 and 108; the
- * rule gives none from 92).
- * Returns the items of those chunks (coop_item's first ones). */
+/* Peak DRAM bandwidth per SM in MB/s (memory clock, double data rate, bus width), or 0 if the
+ * device does not report it. */
+static int64_t dram_mbps_per_sm(const gdn_problem *p)
+{
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, p->device_ordinal) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, p->device_ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (int64_t)khz * 2 * bits / 8 / 1000 / sm_count(p);
+}
+
+/* KDA: the grid's kda_prep units may fall behind the main pass, so the first X of every sequence's
+ * cps chunks run before the grid, on every SM (kda_prep_kernel). Per SM of three units an item
+ * takes rho main-pass chunk steps; the units then keep up when (1 - X) pairs rho <= spare, with
+ * pairs = N HV (one item serves a pair's value tiles): X = 1 - spare / (pairs rho). rho from the
+ * prefix sweeps (dev/prefill/README.md, "KDA's cooperative grid"): 2.83 on the H100 (25.4 GB/s per
+ * SM: best 25 % at H32, none at H16 and B2 H12) and 3.54 on the H200 (36.4 GB/s per SM: best 40 %
+ * at H32, none at H16 and B2 H12); the main pass gains more from bandwidth than the units do.
+ * Between them by bandwidth per SM, clamped to the two outside. Returns the items of those chunks
+ * (coop_item's first ones). */
 static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
 {
-    const int64_t sms = sm_count(p), lag = 100 * sms - 145 * spare; /* (1 - R spare / SMs), in hundredths of SMs */
-    int64_t x = lag <= 0 ? 0 : (cps * lag + 100 * sms - 1) / (100 * sms);
+    constexpr int64_t BW0 = 25400, BW1 = 36400, RHO0 = 283, RHO1 = 354; /* MB/s per SM; hundredths */
+    const int64_t bw = max64(BW0, min64(BW1, dram_mbps_per_sm(p)));
+    const int64_t rho = RHO0 + (RHO1 - RHO0) * (bw - BW0) / (BW1 - BW0), pairs = p->N * p->HV;
+    const int64_t lag = pairs * rho - 100 * spare; /* (1 - X) = 100 spare / (pairs rho) */
+    int64_t x = lag <= 0 ? 0 : (cps * lag + pairs * rho - 1) / (pairs * rho);
 #ifdef GDN_CHUNK_DEV_KDA_PREFIX_ENV
     if (const char *e = getenv("GDN_DEV_KDA_PREFIX")) /* percent of the chunks (dev/prefill/kda_coop_sweep.py) */
         x = atoi(e) > 0 ? (cps * atoi(e) + 99) / 100 : 0;
