@@ -63,6 +63,17 @@ def make_inputs(B, T, H, HV, seed=0):
     return q, k, v, g, beta
 
 
+def shape_inputs(B, T, H, HV, nseq, fixed):
+    """The inputs of one SHAPES row: ((q, k, v, g, beta), the call's keywords with cu_seqlens,
+    host cu_seqlens or None, T); varlen rows (nseq > 0) take varlen_cu's lengths."""
+    cu = cu_cpu = None
+    if nseq:
+        cu_cpu, T = varlen_cu(nseq, fixed)
+        cu = cu_cpu.cuda()
+    kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    return make_inputs(B, T, H, HV), kw, cu_cpu, T
+
+
 def time_ms(fn, iters=20, warm=3, graph=True):
     """Median of per-call event timings, eagerly; and under graph replay (None if capture fails or
     graph is False)."""
@@ -108,12 +119,7 @@ def bench(ours_c, out, only=None):
     for name, B, T, H, HV, nseq, fixed in SHAPES:
         if only and only not in name:
             continue
-        cu = cu_cpu = None
-        if nseq:
-            cu_cpu, T = varlen_cu(nseq, fixed)
-            cu = cu_cpu.cuda()
-        q, k, v, g, beta = make_inputs(B, T, H, HV)
-        kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+        (q, k, v, g, beta), kw, cu_cpu, T = shape_inputs(B, T, H, HV, nseq, fixed)
         fla_e, fla_g = time_ms(lambda: fla_chunk(q, k, v, g, beta, cu_seqlens_cpu=cu_cpu, **kw))
         our_e, our_g = time_ms(lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw))
         tok = B * T

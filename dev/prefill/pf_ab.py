@@ -10,17 +10,12 @@ fla_prefill.SHAPES' order.
 import sys
 
 import libgdn
-from fla_prefill import SHAPES, make_inputs, time_ms, varlen_cu
+from fla_prefill import SHAPES, shape_inputs, time_ms
 
 tag = sys.argv[1] if len(sys.argv) > 1 else "libgdn"
 out = []
 for name, B, T, H, HV, nseq, fixed in SHAPES:
-    cu = None
-    if nseq:
-        cu_cpu, T = varlen_cu(nseq, fixed)
-        cu = cu_cpu.cuda()
-    q, k, v, g, beta = make_inputs(B, T, H, HV)
-    kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    (q, k, v, g, beta), kw, _, _ = shape_inputs(B, T, H, HV, nseq, fixed)
     _, graph_ms = time_ms(lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw), iters=40)
     out.append(f"{graph_ms:.4f}")
 print(f"{tag:6s} " + " ".join(out))

@@ -24,14 +24,8 @@ def kda_cases():
 
 def gdn_cases():
     for name, B, T, H, HV, nseq, fixed in fla_prefill.SHAPES:
-        def make(B=B, T=T, H=H, HV=HV, nseq=nseq, fixed=fixed):
-            cu = None
-            if nseq:
-                cu_cpu, T = fla_prefill.varlen_cu(nseq, fixed)
-                cu = cu_cpu.cuda()
-            kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-            return libgdn.chunk_gated_delta_rule, (fla_prefill.make_inputs(B, T, H, HV), kw)
-        yield name, make
+        yield name, lambda B=B, T=T, H=H, HV=HV, nseq=nseq, fixed=fixed: (
+            libgdn.chunk_gated_delta_rule, fla_prefill.shape_inputs(B, T, H, HV, nseq, fixed)[:2])
 
 
 args = sys.argv[1:]

@@ -20,12 +20,7 @@ if what == "time":
         x @ x
     torch.cuda.synchronize()
     for name, B, T, H, HV, nseq, fixed in gp.SHAPES[:5]:
-        cu = None
-        if nseq:
-            cu_cpu, T = gp.varlen_cu(nseq, fixed)
-            cu = cu_cpu.cuda()
-        q, k, v, g, beta = gp.make_inputs(B, T, H, HV)
-        kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+        (q, k, v, g, beta), kw, _, _ = gp.shape_inputs(B, T, H, HV, nseq, fixed)
         e, gr = time_ms(lambda: libgdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw))
         print(f"{tag} t_gdn {name} {gr:.4f}", flush=True)
     for name, B, T, H, nseq, gate in kp.SHAPES:
