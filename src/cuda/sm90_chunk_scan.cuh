@@ -38,7 +38,7 @@ __device__ __forceinline__ void scan_rows(const float *pre, float *start, int64_
     constexpr int D4 = K / 4, THREADS = scan_threads<K>(), ML = K * K / 4 / THREADS, EG = K / SCAN_ROWS;
     extern __shared__ __align__(128) unsigned char smem[];
     float4 *Ms = reinterpret_cast<float4 *>(smem);   /* M_j^T, K x K; then the partial sums */
-    float *Ss = reinterpret_cast<float *>(Ms + K * D4); /* S^T rows c0 .. c0 + 7, 8 x K */
+    float *Ss = reinterpret_cast<float *>(Ms + K * D4); /* S^T rows c0 .. c0 + SCAN_ROWS - 1, SCAN_ROWS x K */
     /* d4: this thread's 4 columns; grp: its keys grp EG .. grp EG + EG - 1 in the sum, and the row
      * it adds up and writes. */
     const int tid = threadIdx.x, d4 = tid % D4, grp = tid / D4;
@@ -79,7 +79,8 @@ __device__ __forceinline__ void scan_rows(const float *pre, float *start, int64_
         for (int r = 0; r < SCAN_ROWS; ++r)
             part[r] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int e = grp * EG; e < grp * EG + EG; e += 4) {
+        for (int k = 0; k < EG; k += 4) {
+            const int e = grp * EG + k;
             float4 mv[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u)
