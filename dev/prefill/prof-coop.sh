@@ -8,7 +8,7 @@
 #   noflag  =3: as mainonly, without the flag polls
 #   blk1, blk8  -DGDN_CHUNK_DEV_FLAG_BLOCK=1 / 8: the main pass polls per chunk / per 8 chunks
 #   h2, h4  -DGDN_CHUNK_DEV_PREP_HEADS=2 / 4: chunk_prep head groups of at most 2 / 4, no wave rule
-#   scan8, scan16  -DGDN_CHUNK_DEV_SCAN_ROWS=8 / 16: cp_scan value rows per CTA
+#   scan4, scan8  -DGDN_CHUNK_DEV_SCAN_ROWS=4 / 8: cp_scan value rows per CTA (at most 8: the partial sums fill M^T's place)
 # SHAPES="..." picks the shapes of the per-variant table
 # VARIANTS="..." picks (default: main nocoop prep mainonly); NO_NCU=1 skips ncu
 #   base    with BASE=DIR (another revision's tree, carried): that tree as it is
@@ -39,8 +39,8 @@ flags() {
     blk8) echo "-DGDN_CHUNK_DEV_FLAG_BLOCK=8" ;;
     h2) echo "-DGDN_CHUNK_DEV_PREP_HEADS=2" ;;
     h4) echo "-DGDN_CHUNK_DEV_PREP_HEADS=4" ;;
+    scan4) echo "-DGDN_CHUNK_DEV_SCAN_ROWS=4" ;;
     scan8) echo "-DGDN_CHUNK_DEV_SCAN_ROWS=8" ;;
-    scan16) echo "-DGDN_CHUNK_DEV_SCAN_ROWS=16" ;;
     esac
 }
 build() {
