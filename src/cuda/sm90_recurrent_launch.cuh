@@ -24,9 +24,10 @@ cudaError_t prefer_shared_tma_kernel()
     return err;
 }
 
-/* The fast path's launch shape: tile rows per CTA and warps per CTA. The largest tile that still
- * gives about two CTAs per SM. Two warps per CTA for f32 single-token decode (more CTAs fit per
- * SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows). */
+/* The fast path's launch shape: tile rows per CTA (at most max_rows, the instance's static tile)
+ * and warps per CTA. The largest tile that still gives about two CTAs per SM. Two warps per CTA
+ * for one-token calls (more CTAs fit per SM; their instance's tile is half the size), four
+ * otherwise (the token loop is compute; bf16 tiles hold twice the rows). */
 struct TmaTile {
     int rows, warps;
 };
@@ -48,7 +49,7 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen, int m
     const int64_t v_rounded = (V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    int warps = sizeof(StateT) == 4 && one_token(N, T, varlen) ? 2 : 4;
+    int warps = one_token(N, T, varlen) ? 2 : 4;
     if (warps > rows / ROWS_PER_WARP)
         warps = rows / ROWS_PER_WARP;
     return TmaTile{rows, warps};
