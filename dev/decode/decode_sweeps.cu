@@ -8,6 +8,7 @@
  *               (the data behind tma_use_pdl)
  *   --regs      the register path: rows per lane and warps
  *   --tiles     fast-path tiles and the register path
+ *   --t1        T = 1: the one-token instances' tiles against the chunk-of-8 instance
  *   --mma       the tensor-core path's tiles against the CUDA-core fast path's launcher tile (the
  *               data behind use_mma_path and mma_tile)
  *   --T LIST, --B LIST  token counts and batches of --pdl, --regs, --tiles, --mma
@@ -172,6 +173,57 @@ static void run_pdl(cudaStream_t stream, size_t l2, const std::vector<int64_t> &
     }
 }
 
+/* One-token calls: the fast path's instance with a one-token stage (TC = 1) and a static tile of
+ * TILE rows, `warps` warps per CTA, programmatic launch by the launcher's rule (cold us). */
+template <typename StateT, bool KDA, int TILE>
+static double time_t1_instance(cudaStream_t stream, int64_t B, int warps, size_t l2, int sms)
+{
+    const gdn_dtype sd = sizeof(StateT) == 4 ? GDN_DTYPE_F32 : GDN_DTYPE_BF16;
+    constexpr int RPL = default_rows_per_lane<128, StateT>();
+    const dim3 grid((unsigned)((V + TILE - 1) / TILE), (unsigned)HV, (unsigned)B);
+    const bool pdl = tma_use_pdl((int64_t)grid.x * grid.y * grid.z, sms);
+    CK((prefer_shared_tma_kernel<128, StateT, __nv_bfloat16, RPL, KDA, TILE, 1>()));
+    return time_kernel(stream, B, 1, sd, l2, [&](cudaStream_t st, const RecurrentParams &p) {
+        launch_rows(recurrent_fwd_tma_kernel<128, StateT, __nv_bfloat16, RPL, KDA, TILE, 1>, st, grid, warps, 0, pdl, p,
+                    TILE);
+    });
+}
+
+template <typename StateT, int TILE>
+static double time_t1(cudaStream_t stream, int64_t B, int warps, size_t l2, int sms)
+{
+    return g_kind == GDN_GATE_KDA ? time_t1_instance<StateT, true, TILE>(stream, B, warps, l2, sms)
+                                  : time_t1_instance<StateT, false, TILE>(stream, B, warps, l2, sms);
+}
+
+/* T = 1 for the B of --B: the chunk-of-8 instance at the old launcher tile (base) against the
+ * one-token instances at tiles of 32 KB, 16 KB and 8 KB of state, 2 and 4 warps (cold us, % of
+ * copy): the data behind one_token_tile_rows. */
+static void run_t1(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Bs, int sms)
+{
+    printf("\none-token instances (T = 1; cold us, %% of copy)\n");
+    for (int sdi = 0; sdi < 2; sdi++) {
+        for (int64_t B : Bs) {
+            const double bytes = call_bytes(B, 1, sdi ? GDN_DTYPE_BF16 : GDN_DTYPE_F32);
+            const TmaTile base = launcher_tma_tile(sdi, B, 1);
+            const bool pdl = tma_use_pdl(B * HV * ((V + base.rows - 1) / base.rows), sms);
+            double us = sdi ? time_tma<__nv_bfloat16>(stream, B, 1, base.rows, base.warps, l2, pdl)
+                            : time_tma<float>(stream, B, 1, base.rows, base.warps, l2, pdl);
+            printf("t1 %s B=%lld | base %dx%d %.2f (%.1f%%) |", sdi ? "bf16" : "f32", (long long)B, base.rows, base.warps,
+                   us, pct_copy(bytes, us, copy));
+            for (int w : {2, 4}) {
+                double a = sdi ? time_t1<__nv_bfloat16, 128>(stream, B, w, l2, sms) : time_t1<float, 64>(stream, B, w, l2, sms);
+                double b = sdi ? time_t1<__nv_bfloat16, 64>(stream, B, w, l2, sms) : time_t1<float, 32>(stream, B, w, l2, sms);
+                printf(" %dx%d %.2f (%.1f%%) %dx%d %.2f (%.1f%%)", sdi ? 128 : 64, w, a, pct_copy(bytes, a, copy),
+                       sdi ? 64 : 32, w, b, pct_copy(bytes, b, copy));
+            }
+            double c = sdi ? time_t1<__nv_bfloat16, 32>(stream, B, 2, l2, sms) : time_t1<float, 16>(stream, B, 2, l2, sms);
+            printf(" %dx2 %.2f (%.1f%%)\n", sdi ? 32 : 16, c, pct_copy(bytes, c, copy));
+            fflush(stdout);
+        }
+    }
+}
+
 /* The register path with 16-byte state pieces (RPL rows per lane, `warps` warps per CTA). */
 template <typename StateT, int RPL>
 static double time_regs(cudaStream_t stream, int64_t B, int64_t T, int warps, size_t l2)
@@ -327,7 +379,7 @@ static void run_variants(cudaStream_t stream, size_t l2, double copy)
 
 int main(int argc, char **argv)
 {
-    bool variants = false, pdl = false, regs = false, tiles = false, mma = false;
+    bool variants = false, pdl = false, regs = false, tiles = false, mma = false, t1 = false;
     std::vector<int64_t> Ts = {1, 2, 4, 8}, Bs = {1, 8, 32, 64, 128, 256, 512};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variants"))
@@ -340,6 +392,8 @@ int main(int argc, char **argv)
             tiles = true;
         else if (!strcmp(argv[i], "--mma"))
             mma = true;
+        else if (!strcmp(argv[i], "--t1"))
+            t1 = true;
         else if (!strcmp(argv[i], "--kda"))
             g_kind = GDN_GATE_KDA;
         else if (!strcmp(argv[i], "--T") && i + 1 < argc)
@@ -347,7 +401,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--B") && i + 1 < argc)
             Bs = parse_list(argv[++i]);
         else {
-            fprintf(stderr, "usage: decode_sweeps [--variants] [--pdl] [--regs] [--tiles] [--mma] [--kda] [--T LIST] [--B LIST]\n");
+            fprintf(stderr, "usage: decode_sweeps [--variants] [--pdl] [--regs] [--tiles] [--mma] [--t1] [--kda] [--T LIST] [--B LIST]\n");
             return 2;
         }
     }
@@ -370,6 +424,8 @@ int main(int argc, char **argv)
         run_tiles(stream, l2, copy, Ts, Bs);
     if (mma)
         run_mma(stream, l2, Ts, Bs, prop.multiProcessorCount);
+    if (t1)
+        run_t1(stream, l2, copy, Bs, prop.multiProcessorCount);
     CK(cudaStreamDestroy(stream));
     return 0;
 }

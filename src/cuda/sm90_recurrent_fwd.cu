@@ -73,17 +73,32 @@ gdn_status launch_tile_kernel(Kernel kernel, const RecurrentParams &prm, const g
     return gdn_cuda_check(cudaLaunchKernelEx(&cfg, kernel, prm, tile.rows), "gdn_recurrent_fwd: kernel launch");
 }
 
-/* The fast path: bulk copies of whole rows into a shared-memory tile. */
-template <int K, typename StateT, typename InT, bool KDA>
-gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+/* The fast path: bulk copies of whole rows into a shared-memory tile. Calls of one token per
+ * sequence take the instance whose stage holds one token and whose tile is half as large
+ * (one_token_tile_rows): the CTA's shared memory is then mostly its state tile, so more CTAs, and
+ * more state bytes, are in flight per SM (dev/decode/README.md). */
+inline bool one_token_calls(const gdn_problem *p) { return one_token(p->N, p->T, p->cu_seqlens != NULL); }
+
+template <int K, typename StateT> constexpr int one_token_tile_rows() { return base_tile_rows<K, StateT>() / 2; }
+
+template <int K, typename StateT, typename InT, bool KDA, int TILE, int TC>
+gdn_status launch_tma_instance(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
     const gdn_status st =
-        gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, KDA>(), "gdn_recurrent_fwd: carveout");
+        gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>(), "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA>, prm, p,
-                              tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL), 0);
+    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>, prm, p,
+                              tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL, TILE), 0);
+}
+
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
+{
+    if (one_token_calls(p))
+        return launch_tma_instance<K, StateT, InT, KDA, one_token_tile_rows<K, StateT>(), 1>(prm, p);
+    return launch_tma_instance<K, StateT, InT, KDA, tile_rows<K, StateT, KDA>(), TOKEN_CHUNK>(prm, p);
 }
 
 /* Tokens per sequence of a call (varlen: on average). */

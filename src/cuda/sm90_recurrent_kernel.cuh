@@ -66,21 +66,21 @@ template <int K, int ROWS_PER_CTA, int TC = TOKEN_CHUNK> struct TokenStage {
 /* KDA's stage: TokenStage plus the decays exp(g_t) of every key, computed once per token by the
  * staging warp and read by each lane at its own keys (e and kq of TokenStage: e is unused). The
  * kernels pick it by their KDA parameter; stage_token and token_step by the stage type. */
-template <int K, int ROWS_PER_CTA> struct KdaStage : TokenStage<K, ROWS_PER_CTA> {
-    alignas(16) float ek[TOKEN_CHUNK][K];
+template <int K, int ROWS_PER_CTA, int TC = TOKEN_CHUNK> struct KdaStage : TokenStage<K, ROWS_PER_CTA, TC> {
+    alignas(16) float ek[TC][K];
 };
 
 template <typename Stage> struct is_kda_stage : std::false_type {};
-template <int K, int ROWS> struct is_kda_stage<KdaStage<K, ROWS>> : std::true_type {};
+template <int K, int ROWS, int TC> struct is_kda_stage<KdaStage<K, ROWS, TC>> : std::true_type {};
 
-template <int K, int ROWS, bool KDA>
-using StageOf = typename std::conditional<KDA, KdaStage<K, ROWS>, TokenStage<K, ROWS>>::type;
+template <int K, int ROWS, bool KDA, int TC = TOKEN_CHUNK>
+using StageOf = typename std::conditional<KDA, KdaStage<K, ROWS, TC>, TokenStage<K, ROWS, TC>>::type;
 
 /* Writes q and k of token j at key (stage_token): TokenStage keeps them as they are; the
  * tensor-core path's MmaStage has an overload in sm90_recurrent_mma.cuh (found by argument-
  * dependent lookup when stage_token is instantiated; the exact match beats this one). */
-template <int K, int ROWS>
-__device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS> &st, int j, int key, float q, float k)
+template <int K, int ROWS, int TC>
+__device__ __forceinline__ void stage_put_qk(TokenStage<K, ROWS, TC> &st, int j, int key, float q, float k)
 {
     st.q[j][key] = q;
     st.k[j][key] = k;
@@ -616,20 +616,22 @@ template <int K, typename StateT, bool KDA = false> __host__ __device__ constexp
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
  * passes compute while the later rows are still arriving. */
-template <int K, typename StateT, typename InT, int RPL, bool KDA = false>
+template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),
+          int TC = TOKEN_CHUNK>
 __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
     constexpr int NV = K / (LANES_PER_ROW * VE);
     constexpr int EPL = NV * VE;
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    constexpr int TILE_ROWS = tile_rows<K, StateT, KDA>();
+    constexpr int TILE_ROWS = TILE;
     static_assert(NV >= 1 && NV * VE * LANES_PER_ROW == K, "K must be a multiple of 8 state pieces");
-    static_assert(TILE_ROWS * K * sizeof(StateT) + sizeof(StageOf<K, TILE_ROWS, KDA>) + 8 * TILE_ROWS <=
+    static_assert(TILE_ROWS * K * sizeof(StateT) + sizeof(StageOf<K, TILE_ROWS, KDA, TC>) + 8 * TILE_ROWS <=
                       STATIC_SMEM_MAX,
                   "the tile, the stage and the barriers fit the static shared memory");
+    static_assert(TILE_ROWS % ROWS_PER_WARP == 0, "whole warp passes");
     __shared__ alignas(128) StateT tile[TILE_ROWS * K];
-    __shared__ StageOf<K, TILE_ROWS, KDA> st;
+    __shared__ StageOf<K, TILE_ROWS, KDA, TC> st;
     static_assert(is_kda_stage<decltype(st)>::value == KDA, "token_step sees the gate kind by the stage type");
     constexpr int MAX_PASSES = TILE_ROWS / ROWS_PER_WARP;
     __shared__ alignas(8) uint64_t bar[MAX_PASSES]; /* one per pass: a pass starts when its rows land */
@@ -666,7 +668,7 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
         if (!p.state_indices && !p.state_in) /* no initial state: zeros */
             for (int i = threadIdx.x; i < cta_rows * K; i += blockDim.x)
                 tile[i] = gdn_from_f32<StateT>(0.0f);
-        const int tc0 = (int)(len < TOKEN_CHUNK ? len : TOKEN_CHUNK);
+        const int tc0 = (int)(len < TC ? len : TC);
         stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos, tc0, h, hv, row_base, cta_rows);
         __syncthreads();
         StateT *const src = s_src;
@@ -686,10 +688,10 @@ __global__ void __launch_bounds__(128) recurrent_fwd_tma_kernel(const RecurrentP
             continue;
         }
 
-        const int64_t chunks = len > 0 ? (len + TOKEN_CHUNK - 1) / TOKEN_CHUNK : 1;
+        const int64_t chunks = len > 0 ? (len + TC - 1) / TC : 1;
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int64_t t0 = ci * TOKEN_CHUNK;
-            const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
+            const int64_t t0 = ci * TC;
+            const int tc = (int)(len - t0 < TC ? len - t0 : TC);
             if (ci > 0) {
                 __syncthreads(); /* the previous chunk's stage and tile write-backs are done */
                 stage_tokens<K, InT, (K <= 128 ? 2 : 1), 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, cta_rows);

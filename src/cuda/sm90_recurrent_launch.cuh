@@ -14,26 +14,32 @@ namespace {
 
 /* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
-template <int K, typename StateT, typename InT, int RPL, bool KDA = false> cudaError_t prefer_shared_tma_kernel()
+template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),
+          int TC = TOKEN_CHUNK>
+cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA>,
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>,
                                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                                         (int)cudaSharedmemCarveoutMaxShared);
     return err;
 }
 
-/* The fast path's launch shape: tile rows per CTA and warps per CTA. The largest tile that still
- * gives about two CTAs per SM. Two warps per CTA for f32 single-token decode (more CTAs fit per
- * SM), four otherwise (the token loop is compute; bf16 tiles hold twice the rows). */
+/* The fast path's launch shape: tile rows per CTA (at most max_rows, the instance's static tile)
+ * and warps per CTA. The largest tile that still gives about two CTAs per SM. Two warps per CTA
+ * for one-token calls (more CTAs fit per SM; their instance's tile is half the size), four
+ * otherwise (the token loop is compute; bf16 tiles hold twice the rows). */
 struct TmaTile {
     int rows, warps;
 };
 
+/* Calls of one token per sequence (varlen: at most one on average). */
+inline bool one_token(int64_t N, int64_t T, bool varlen) { return varlen ? T <= N : T == 1; }
+
 template <int K, typename StateT, bool KDA = false>
-TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
+TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen, int max_rows = tile_rows<K, StateT, KDA>())
 {
     constexpr int ROWS_PER_WARP = 4 * default_rows_per_lane<K, StateT>();
-    int rows = tile_rows<K, StateT, KDA>();
+    int rows = max_rows;
     /* bf16 state, two tokens: from 2048 (sequence, head) pairs on, half the tile spreads the
      * token loops over more CTAs */
     if (sizeof(StateT) == 2 && !varlen && T == 2 && N * HV >= 2048)
@@ -43,8 +49,7 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen)
     const int64_t v_rounded = (V + ROWS_PER_WARP - 1) / ROWS_PER_WARP * ROWS_PER_WARP;
     if (rows > v_rounded)
         rows = (int)v_rounded;
-    const bool single_token = varlen ? T <= N : T == 1;
-    int warps = sizeof(StateT) == 4 && single_token ? 2 : 4;
+    int warps = one_token(N, T, varlen) ? 2 : 4;
     if (warps > rows / ROWS_PER_WARP)
         warps = rows / ROWS_PER_WARP;
     return TmaTile{rows, warps};
