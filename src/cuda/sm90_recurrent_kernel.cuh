@@ -8,7 +8,8 @@
  *   - a state row is one v with all K keys; a lane group of 8 lanes owns a row, each lane K/8
  *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each access of the group covers
  *     128 contiguous bytes; a warp is 4 lane groups, each lane works RPL rows at once;
- *   - the CTA stages the inputs of up to TOKEN_CHUNK tokens in shared memory once (warp w
+ *   - the CTA stages the inputs of up to TOKEN_CHUNK tokens (the fast path's one-token instance:
+ *     one) in shared memory once (warp w
  *     l2-normalises q and k of tokens w, w + W, .., with k.q and the gates; all threads copy v),
  *     while the state is on its way;
  *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
@@ -21,7 +22,8 @@
  *     so the output needs no second reduction; the state stays in registers across the chunk's
  *     tokens and per-step states (c * S~) are stored straight from registers with 16-byte stores.
  * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
- * state tile per CTA into shared memory, so bytes in flight do not cost registers. It waits for
+ * state tile per CTA (16 KB in one-token calls) into shared memory, so bytes in flight do not
+ * cost registers. It waits for
  * the previous grid in the stream before its first global access (grid_dependency_sync), so the
  * launcher may start it early (programmatic dependent launch).
  * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
@@ -49,7 +51,8 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
 }
 
 /* Shared staging of one chunk of up to TC tokens (the tensor-core path's MmaStage extends it; its
- * short-chunk instances stage TC = 4, the CUDA-core paths TOKEN_CHUNK). e, beta and kq keep
+ * short-chunk instances stage TC = 4, the CUDA-core fast path's one-token instance TC = 1, the
+ * other CUDA-core instances TOKEN_CHUNK). e, beta and kq keep
  * TOKEN_CHUNK entries whatever TC (the tensor-core path reads e and beta of padding tokens). e and
  * beta are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
  * follow 16-byte multiples). */
@@ -608,8 +611,9 @@ template <int K, typename StateT, bool KDA = false> __host__ __device__ constexp
                                                                                                   : ROWS;
 }
 
-/* The fast path (VK rows, K contiguous, 16-byte aligned): one CTA owns up to tile_rows() rows of
- * one (sequence, value head), rows_per_cta of them (a launch choice). One bulk copy per row
+/* The fast path (VK rows, K contiguous, 16-byte aligned): one CTA owns up to TILE rows of one
+ * (sequence, value head), rows_per_cta of them (a launch choice); its static shared memory holds a
+ * tile of TILE rows and a stage of TC tokens (a one-token instance: TC = 1 and half the tile). One bulk copy per row
  * (cp.async.bulk, completing on an mbarrier) brings the CTA's whole state tile into shared memory
  * without holding registers, so each SM keeps several 32 KB tiles in flight; meanwhile the CTA
  * stages the token inputs. Then each warp takes passes of 4 * RPL rows from the tile into

@@ -12,7 +12,7 @@
 
 namespace {
 
-/* The fast path wants several 32 KB tiles per SM: ask for the largest shared-memory carveout
+/* The fast path wants several state tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
 template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),
           int TC = TOKEN_CHUNK>
