@@ -197,8 +197,8 @@ static double time_t1(cudaStream_t stream, int64_t B, int warps, size_t l2, int 
 }
 
 /* T = 1 for the B of --B: the chunk-of-8 instance at the old launcher tile (base) against the
- * one-token instances at tiles of 32 KB, 16 KB and 8 KB of state, 2 and 4 warps (cold us, % of
- * copy): the data behind one_token_tile_rows. */
+ * one-token instances at tiles of 32 KB and 16 KB of state with 2 and 4 warps, 8 KB with 1 and 2,
+ * and 16 KB with 1 (cold us, % of copy): the data behind one_token_tile_rows. */
 static void run_t1(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Bs, int sms)
 {
     printf("\none-token instances (T = 1; cold us, %% of copy)\n");
@@ -217,8 +217,12 @@ static void run_t1(cudaStream_t stream, size_t l2, double copy, const std::vecto
                 printf(" %dx%d %.2f (%.1f%%) %dx%d %.2f (%.1f%%)", sdi ? 128 : 64, w, a, pct_copy(bytes, a, copy),
                        sdi ? 64 : 32, w, b, pct_copy(bytes, b, copy));
             }
-            double c = sdi ? time_t1<__nv_bfloat16, 32>(stream, B, 2, l2, sms) : time_t1<float, 16>(stream, B, 2, l2, sms);
-            printf(" %dx2 %.2f (%.1f%%)\n", sdi ? 32 : 16, c, pct_copy(bytes, c, copy));
+            for (int w : {1, 2}) {
+                double c = sdi ? time_t1<__nv_bfloat16, 32>(stream, B, w, l2, sms) : time_t1<float, 16>(stream, B, w, l2, sms);
+                printf(" %dx%d %.2f (%.1f%%)", sdi ? 32 : 16, w, c, pct_copy(bytes, c, copy));
+            }
+            double d = sdi ? time_t1<__nv_bfloat16, 64>(stream, B, 1, l2, sms) : time_t1<float, 32>(stream, B, 1, l2, sms);
+            printf(" %dx1 %.2f (%.1f%%)\n", sdi ? 64 : 32, d, pct_copy(bytes, d, copy));
             fflush(stdout);
         }
     }
