@@ -196,7 +196,8 @@ static double time_t1(cudaStream_t stream, int64_t B, int warps, size_t l2, int 
                                   : time_t1_instance<StateT, false, TILE>(stream, B, warps, l2, sms);
 }
 
-/* T = 1 for the B of --B: the chunk-of-8 instance at the old launcher tile (base) against the
+/* T = 1 for the B of --B: the chunk-of-8 instance at tma_tile's rows and warps (base; one-token
+ * calls get 2 warps there, as the one-token instance does) against the
  * one-token instances at tiles of 32 KB and 16 KB of state with 2 and 4 warps, 8 KB with 1 and 2,
  * and 16 KB with 1 (cold us, % of copy): the data behind one_token_tile_rows. */
 static void run_t1(cudaStream_t stream, size_t l2, double copy, const std::vector<int64_t> &Bs, int sms)
