@@ -9,9 +9,8 @@
  *     keys in 16-byte pieces (4 f32 or 8 bf16) interleaved so that each access of the group covers
  *     128 contiguous bytes; a warp is 4 lane groups, each lane works RPL rows at once;
  *   - the CTA stages the inputs of up to TOKEN_CHUNK tokens (the fast path's one-token instance:
- *     one) in shared memory once (warp w
- *     l2-normalises q and k of tokens w, w + W, .., with k.q and the gates; all threads copy v),
- *     while the state is on its way;
+ *     one) in shared memory once (warp w l2-normalises q and k of tokens w, w + W, .., with k.q
+ *     and the gates; all threads copy v), while the state is on its way;
  *   - registers hold S~ = S / c with a running scalar c (the product of the decays, folded back
  *     into S~ when it leaves [2^-20, 2^20]), so per token and element the update is one FMA;
  *     KDA (KDA = true) decays each key by its own exp(g), staged per token in shared memory
@@ -23,9 +22,8 @@
  *     tokens and per-step states (c * S~) are stored straight from registers with 16-byte stores.
  * recurrent_fwd_tma_kernel (fast path, VK rows with K contiguous): bulk copies bring a 32 KB
  * state tile per CTA (16 KB in one-token calls) into shared memory, so bytes in flight do not
- * cost registers. It waits for
- * the previous grid in the stream before its first global access (grid_dependency_sync), so the
- * launcher may start it early (programmatic dependent launch).
+ * cost registers. It waits for the previous grid in the stream before its first global access
+ * (grid_dependency_sync), so the launcher may start it early (programmatic dependent launch).
  * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): element-wise
  * loads straight into registers.
  */
@@ -52,10 +50,9 @@ template <int K, typename StateT> __host__ __device__ constexpr int default_rows
 
 /* Shared staging of one chunk of up to TC tokens (the tensor-core path's MmaStage extends it; its
  * short-chunk instances stage TC = 4, the CUDA-core fast path's one-token instance TC = 1, the
- * other CUDA-core instances TOKEN_CHUNK). e, beta and kq keep
- * TOKEN_CHUNK entries whatever TC (the tensor-core path reads e and beta of padding tokens). e and
- * beta are 16-byte aligned for the tensor-core path's vector reads (no change to the layout: they
- * follow 16-byte multiples). */
+ * other CUDA-core instances TOKEN_CHUNK). e, beta and kq keep TOKEN_CHUNK entries whatever TC (the
+ * tensor-core path reads e and beta of padding tokens). e and beta are 16-byte aligned for the
+ * tensor-core path's vector reads (no change to the layout: they follow 16-byte multiples). */
 template <int K, int ROWS_PER_CTA, int TC = TOKEN_CHUNK> struct TokenStage {
     static constexpr int TOKENS = TC;
     alignas(16) float q[TC][K]; /* l2-normalised (if asked) and scaled by `scale` */
@@ -613,9 +610,9 @@ template <int K, typename StateT, bool KDA = false> __host__ __device__ constexp
 
 /* The fast path (VK rows, K contiguous, 16-byte aligned): one CTA owns up to TILE rows of one
  * (sequence, value head), rows_per_cta of them (a launch choice); its static shared memory holds a
- * tile of TILE rows and a stage of TC tokens (a one-token instance: TC = 1 and half the tile). One bulk copy per row
- * (cp.async.bulk, completing on an mbarrier) brings the CTA's whole state tile into shared memory
- * without holding registers, so each SM keeps several 32 KB tiles in flight; meanwhile the CTA
+ * tile of TILE rows and a stage of TC tokens (a one-token instance: TC = 1 and half the tile). One
+ * bulk copy per row (cp.async.bulk, completing on an mbarrier) brings the CTA's whole state tile
+ * into shared memory without holding registers, so each SM keeps several tiles in flight; meanwhile the CTA
  * stages the token inputs. Then each warp takes passes of 4 * RPL rows from the tile into
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
