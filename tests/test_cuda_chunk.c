@@ -588,6 +588,30 @@ static int test_many_heads(void)
     return combine(rc, run_case("varlen H=8 HV=24", c, DEF));
 }
 
+/* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
+ * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
+ * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
+ * states in the VK layout. */
+static int test_dual(void)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 2) {
+        printf("  no SM count\n");
+        return TU_FAIL;
+    }
+    const int64_t hv = sms / 2;
+    tu_case_config c = base(130, hv, hv, 128, 420);
+    c.B = 2;
+    int rc = run_case("B=2 H=HV=SMs/2", c, (opts){.check_determinism = 1, .tol = 1e-2});
+    c = base(0, hv, 2 * hv, 128, 421);
+    static const int32_t lens[3] = {200, 0, 65};
+    c.nseq = 3;
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.state_dtype = GDN_DTYPE_BF16;
+    c.layout = GDN_STATE_VK;
+    return combine(rc, run_case("varlen H=SMs/2 HV=SMs, bf16 VK states", c, DEF));
+}
+
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
@@ -1094,6 +1118,7 @@ int main(int argc, char **argv)
         {"varlen_empty_ends", test_varlen_empty_ends},
         {"mid_heads", test_mid_heads},
         {"many_heads", test_many_heads},
+        {"dual", test_dual},
         {"long", test_long},
         {"cp_cases", test_cp},
         {"cp_small", test_cp_small},

@@ -174,13 +174,44 @@ static gdn_status launch_prep(const ChunkParams &prm, const gdn_problem *p, cuda
                          "chunk_prep launch");
 }
 
-/* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows. */
-template <typename T, int K, bool SERVE, bool KDA, bool PRE>
+/* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows; DUAL: 128 value
+ * rows a CTA. */
+template <typename T, int K, bool SERVE, bool KDA, bool PRE, bool DUAL = false>
 static gdn_status launch_wg(const ChunkParams &prm, const gdn_problem *p, int64_t nseg, cudaStream_t stream)
 {
     const int64_t rows = PRE ? p->V + K : p->V;
-    return launch_kernel(chunk_wg_kernel<K, T, PRE, SERVE, KDA>, nseg * p->N * p->HV * (rows / 64),
-                         WgConfig<PRE>::THREADS, WgSmem<K, PRE, KDA>::BYTES, stream, prm, "chunk_wg launch");
+    return launch_kernel(chunk_wg_kernel<K, T, PRE, SERVE, KDA, DUAL>, nseg * p->N * p->HV * (rows / (DUAL ? 128 : 64)),
+                         WgConfig<PRE>::THREADS, WgSmem<K, PRE, KDA, DUAL>::BYTES, stream, prm, "chunk_wg launch");
+}
+
+/* Dev builds (GDN_CHUNK_DEV_DUAL_ENV): GDN_DEV_DUAL=0 never takes DUAL, 1 takes it wherever allowed,
+ * also in place of the cooperative grid (so that the tests' small shapes run it); -1 without it. */
+static int dev_dual()
+{
+#ifdef GDN_CHUNK_DEV_DUAL_ENV
+    if (const char *e = getenv("GDN_DEV_DUAL"))
+        return atoi(e) != 0;
+#endif
+    return -1;
+}
+
+/* Two math warpgroups a CTA (DUAL), each the chain and the outputs of 64 value rows, where the
+ * main pass has more than a wave of CTAs: the tensor pipe then interleaves two chains, where one
+ * chain a CTA leaves it idle during its own dependent steps. Not for KDA gates (whose stage holds
+ * one more K-wide tile) nor the training call (the saved states come from the output warpgroup's
+ * hand-off tile). */
+static bool dual_fits(const ChunkParams &prm, const gdn_problem *p, bool kda)
+{
+    if (kda || prm.states_out || p->V % 128 != 0)
+        return false;
+    const int dev = dev_dual();
+    if (dev >= 0)
+        return dev > 0;
+    /* Waves of one CTA per SM: DUAL's CTAs are half as many and each takes TUNE_DUAL_COST % of the
+     * time of a one-chain CTA. */
+    const int64_t sms = sm_count(p), tiles = p->N * p->HV * (p->V / 64);
+    const int64_t one = (tiles + sms - 1) / sms, two = (tiles / 2 + sms - 1) / sms;
+    return two * TUNE_DUAL_COST <= one * 100;
 }
 
 /* prep; the chain of every segment but the last from a zero state (the first from the initial
@@ -263,7 +294,12 @@ template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
 {
     const gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
-    return st != GDN_OK ? st : launch_wg<T, K, SERVE, KDA, false>(prm, p, 1, stream);
+    if (st != GDN_OK)
+        return st;
+    if constexpr (!KDA)
+        if (dual_fits(prm, p, KDA))
+            return launch_wg<T, K, SERVE, KDA, false, true>(prm, p, 1, stream);
+    return launch_wg<T, K, SERVE, KDA, false>(prm, p, 1, stream);
 }
 
 template <typename T, int K, bool SERVE, bool KDA>
@@ -324,7 +360,7 @@ static gdn_status launch_paths(const ChunkParams &prm, const gdn_problem *p, cud
 {
     if (prm.seg_chunks > 0)
         return launch_cp<T, K, SERVE, KDA>(prm, p, stream);
-    if (coop_fits(p, KDA))
+    if (coop_fits(p, KDA) && !(dev_dual() > 0 && dual_fits(prm, p, KDA)))
         return launch_coop<T, K, SERVE, KDA>(prm, p, stream);
     return launch_two<T, K, SERVE, KDA>(prm, p, stream);
 }

@@ -56,6 +56,14 @@ constexpr int TUNE_PREP_HEADS = GDN_CHUNK_DEV_PREP_HEADS;
 constexpr int TUNE_PREP_HEADS = 0;
 #endif
 
+/* chunk_wg's DUAL CTA (two chains) takes this percentage of a one-chain CTA's time for the same
+ * chunks (the launcher's wave rule, dual_fits). */
+#ifdef GDN_CHUNK_DEV_DUAL_COST
+constexpr int TUNE_DUAL_COST = GDN_CHUNK_DEV_DUAL_COST;
+#else
+constexpr int TUNE_DUAL_COST = 160;
+#endif
+
 /* launch_coop probes, from the second call on (the first call's records and output stay in
  * place): 1 the prep units alone, 2 the main pass alone (every flag set before the launch), 3 as 2
  * without the flag polls. The launcher sets coop_probe before each cooperative launch. */

@@ -34,6 +34,14 @@
  * the grid is then launched with more shared memory than chunk_wg<KDA> needs), and the copy
  * warpgroup waits for each block of FLAG_BLOCK slots' records before copying them.
  *
+ * DUAL (the two-kernel path with more than a wave of CTAs; sm90_chunk_fwd.cu, dual_fits): 128 value
+ * rows a CTA, warps 0-3 and 4-7 each a chain warpgroup of 64 rows that also forms its own outputs
+ * (O^T = cq (S^T Q^T) from the S^T fragments, + Vn^T Pm^T from Vn^T's, both from registers) and
+ * stores them through its own staging tile; no output warpgroup and no hand-off tiles. The two
+ * chains share the stage (Q, K, the record; V is two boxes), and while one waits on its dependent
+ * products the other's fill the tensor pipe. Same products, roundings and order as the one-chain
+ * CTA: o and the states are bitwise equal.
+ *
  * PRE (context parallelism's first pass): the chain alone over V + K virtual value rows, the real
  * ones from a zero state (the first segment from the initial state) giving N^T, K more with v = 0
  * from the identity giving M^T; its final S^T (f32) to cp_pre. No output warpgroup and no Q, a
@@ -58,13 +66,14 @@ template <bool PRE> struct WgConfig {
 /* A stage: Q (none in PRE), K, KDA's K^ (KU; GDN's update reads K), V, then the workspace chunk's
  * image (Tb, Pm, coefficients with beta; KDA: exp(Gam_C) per key, beta). KDA's stage holds one more K-wide tile,
  * so two stages fit where GDN has three. */
-template <int K, bool PRE, bool KDA = false> struct WgSmem {
+template <int K, bool PRE, bool KDA = false, bool DUAL = false> struct WgSmem {
     static constexpr int B = gdn_sm90::BOX_BYTES, KB = K / 64; /* KB: boxes of a Q or K tile */
-    static constexpr int S = KDA ? 2 : WgConfig<PRE>::STAGES;
+    static constexpr int S = KDA ? 2 : WgConfig<PRE>::STAGES, VB = DUAL ? 2 : 1; /* VB: boxes of the V tile */
     static constexpr int Q = 0, KT = PRE ? 0 : KB * B, KU = KDA ? KT + KB * B : KT, V = KU + KB * B;
-    static constexpr int TB = V + B, PM = TB + B, COEF = PM + B, COEF_BYTES = KDA ? (K + C) * 4 : COEF_FLOATS * 4;
+    static constexpr int TB = V + VB * B, PM = TB + B, COEF = PM + B, COEF_BYTES = KDA ? (K + C) * 4 : COEF_FLOATS * 4;
     static constexpr int STAGE = (COEF + COEF_BYTES + 1023) / 1024 * 1024;
-    static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE ? 0 : KB * B), OST = VNBUF + (PRE ? 0 : B);
+    /* DUAL: no hand-off tiles; one output staging tile per math warpgroup. */
+    static constexpr int SBUF = S * STAGE, VNBUF = SBUF + (PRE || DUAL ? 0 : KB * B), OST = VNBUF + (PRE || DUAL ? 0 : B);
     static constexpr int MAP = OST + (PRE ? 0 : 2 * B);
     static constexpr int BARS = MAP + WS_MAP_BYTES;       /* full[S], empty[S] mbarriers */
     static constexpr int BYTES = BARS + 2 * S * 8 + 1024; /* + slack to align the base to 1024 */
@@ -76,13 +85,14 @@ template <int K, bool PRE, bool KDA = false> struct WgSmem {
  * sequences' outputs stay out of the plain kernels' loops.
  * KDA: the records are kda_prep's (KdaRec): Q~, K~ and K^ replace Q, K and K in the products and
  * carry every decay and row factor but exp(Gam_C), by which S^T's columns (keys) decay. */
-template <int K, typename T, bool PRE, bool SERVE, bool KDA = false>
+template <int K, typename T, bool PRE, bool SERVE, bool KDA = false, bool DUAL = false>
 __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const __grid_constant__ ChunkParams p)
 {
     using namespace gdn_sm90;
-    using L = WgSmem<K, PRE, KDA>;
+    static_assert(!DUAL || (!PRE && !KDA), "DUAL: the plain GDN main pass");
+    using L = WgSmem<K, PRE, KDA, DUAL>;
     constexpr int THREADS = WgConfig<PRE>::THREADS, COPY = WgConfig<PRE>::COPY, STAGES = L::S;
-    constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = 64;
+    constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = DUAL ? 128 : 64;
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -178,13 +188,14 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             return;
         }
     }
-    const bool chain = warp < 4;
+    const bool chain = warp < (DUAL ? 8 : 4);
     const int t = tid & 127, w = warp & 3, mi = lane >> 3, r8 = lane & 7;
+    const int mg = DUAL && warp < 8 ? warp >> 2 : 0; /* DUAL: the math warpgroup, 64 value rows each */
     const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
     const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
     const int64_t seg = unit / pairs;
     const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV, h = hv / p.G;
-    const int64_t v0 = (int64_t)(blockIdx.x % ntiles) * BV;
+    const int64_t vt0 = (int64_t)(blockIdx.x % ntiles) * BV, v0 = vt0 + 64 * mg; /* the tile's rows; this warpgroup's */
     const bool v_real = !PRE || v0 < p.V; /* PRE: rows v0 >= V are M's, with v = 0 */
     if (PRE && seg == 0 && !v_real)
         return; /* the first segment starts from the known state: no M */
@@ -237,18 +248,18 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
 
     /* Copy threads: pt copies 16-byte chunk qk_ch of rows qk_r0 + QK_RP it of Q and K, chunk v_ch
      * of rows v_r0 + V_RP it of the V tile, and copies pt + COPY it of the workspace chunk. */
-    constexpr int QK_RP = COPY / KC, V_RP = COPY / 8;
+    constexpr int VCH = 8 * L::VB, QK_RP = COPY / KC, V_RP = COPY / VCH; /* VCH: 16-byte chunks of a V row */
     const int pt = tid % COPY;
     auto load_chunk = [&](int64_t c, int stage) {
         const T *q = static_cast<const T *>(p.q), *k = static_cast<const T *>(p.k), *v = static_cast<const T *>(p.v);
-        const int qk_ch = pt % KC, qk_r0 = pt / KC, v_ch = pt & 7, v_r0 = pt >> 3;
+        const int qk_ch = pt % KC, qk_r0 = pt / KC, v_ch = pt % VCH, v_r0 = pt / VCH;
         const int64_t t0 = sq.bos + c * C;
         unsigned char *base = smem + stage * L::STAGE;
         const int cl = (int)min64(C, sq.len - c * C);
         const int64_t q_step = QK_RP * p.q_t, k_step = QK_RP * p.k_t, v_step = V_RP * p.v_t;
         const T *qp = q + sq.row * p.q_b + h * p.q_h + qk_ch * 8 + (t0 + qk_r0) * p.q_t;
         const T *kp = k + sq.row * p.k_b + h * p.k_h + qk_ch * 8 + (t0 + qk_r0) * p.k_t;
-        const T *vp = v + sq.row * p.v_b + hv * p.v_h + v0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
+        const T *vp = v + sq.row * p.v_b + hv * p.v_h + vt0 + v_ch * 8 + (t0 + v_r0) * p.v_t;
         /* The CP pre pass takes K and V of whole chunks by TMA, one thread, their bytes expected on
          * the stage's barrier (the copy threads' arrivals still wait for the record's cp.async
          * copies). Partial chunks keep cp.async with zero fill, since a box would read the next
@@ -281,7 +292,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int it = 0; it < C / V_RP; ++it) {
                 const int r = v_r0 + V_RP * it;
                 const bool ok = r < cl;
-                cp_async16(base + L::V + box_offset(r, v_ch * 8), ok ? vp : v, ok ? 16 : 0);
+                cp_async16(base + L::V + (v_ch >> 3) * L::B + box_offset(r, (v_ch & 7) * 8), ok ? vp : v, ok ? 16 : 0);
                 vp += v_step;
             }
         const size_t rec_bytes = KDA ? (size_t)KdaRec<K>::BYTES : (size_t)WS_CHUNK;
@@ -337,7 +348,9 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
      * gives each back (named barriers 4, 5) before the chain overwrites it. */
     const int c_end = (int)nchunks;
     if (warp >= (THREADS - COPY) / 32) {
-        if constexpr (!PRE)
+        if constexpr (DUAL)
+            regs_dec<56>();
+        else if constexpr (!PRE)
             regs_dec<96>();
 #pragma unroll
         for (int i = 0; i < AHEAD; ++i) {
@@ -366,8 +379,37 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         cp_async_wait<0>();
         return;
     }
-    if constexpr (!PRE)
+    if constexpr (DUAL)
+        regs_inc<224>();
+    else if constexpr (!PRE)
         regs_inc<200>();
+
+    /* O of chunk c, this warpgroup's 64 value rows: transposed into the staging tile ost ([token][v]),
+     * then the valid rows out, the tile ordered by the warpgroup's named barrier bar. Double-buffered
+     * (the output warpgroup: tiles by chunk parity), a thread writes a tile only after every thread
+     * of the warpgroup has passed the last barrier, so after it finished reading that tile two chunks
+     * ago; a single tile (DUAL) takes a second barrier before the writes. */
+    auto store_o = [&](int c, const auto &oa, int ost, int bar, int single) {
+        if (single && c > 0)
+            bar_sync(bar, 128);
+#pragma unroll
+        for (int jt = 0; jt < 4; ++jt) {
+            uint32_t ov[4];
+            pack_frag<T>(oa, jt, ov);
+            stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
+        }
+        bar_sync(bar, 128);
+        const int cl = (int)min64(C, sq.len - (int64_t)c * C);
+        T *op_ = static_cast<T *>(p.o) + sq.row * p.o_b + (sq.bos + (int64_t)c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int r = (t >> 3) + 16 * it;
+            if (r < cl)
+                *reinterpret_cast<uint4 *>(op_ + r * p.o_t) =
+                    !SERVE || hrow >= 0 ? *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)))
+                                        : make_uint4(0, 0, 0, 0);
+        }
+    };
 
     if (chain) {
         /* s[b][i] = S^T[v0 + acc_row(t, i)][64 b + acc_col(t, i)]. */
@@ -452,13 +494,13 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
              * wait (C7517). */
             uint32_t sa[K / 16][4];
             float y[32];
-            if (!PRE && c > 0)
+            if (!PRE && !DUAL && c > 0)
                 bar_sync(BAR_SFREE, 256); /* the output warpgroup's S^T Q^T of chunk c - 1 is done */
 #pragma unroll
             for (int j = 0; j < K / 16; ++j) {
                 const int b = j >> 2;
                 pack_frag<T>(s[b], j & 3, sa[j]);
-                if constexpr (!PRE)
+                if constexpr (!PRE && !DUAL)
                     stsm_x4(sb + L::SBUF + b * L::B + box_offset(16 * w + (mi & 1) * 8 + r8, 16 * (j & 3) + (mi >> 1) * 8), sa[j]);
             }
             fence();
@@ -466,7 +508,15 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             for (int j = 0; j < K / 16; ++j)
                 mma_rs<T, 0>(y, sa[j], desc_add(dks, L::KT + kmajor_step(j)), j > 0);
             commit();
-            if constexpr (!PRE) {
+            /* DUAL: this warpgroup's own outputs, O^T = cq (S^T Q^T) + Vn^T Pm^T, from the same
+             * fragments; the other math warpgroup's products fill the tensor pipe meanwhile. */
+            float oa[DUAL ? 32 : 1];
+            if constexpr (DUAL) {
+#pragma unroll
+                for (int j = 0; j < K / 16; ++j)
+                    mma_rs<T, 0>(oa, sa[j], desc_add(dks, L::Q + kmajor_step(j)), j > 0);
+                commit();
+            } else if constexpr (!PRE) {
                 fence_proxy_async();
                 bar_arrive(BAR_S, 256);
             }
@@ -476,13 +526,13 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             float2 c0[4], c1[4];
 #pragma unroll
             for (int jt = 0; jt < 4; ++jt) {
-                ldsm_x4_t(vt[jt], st + L::V + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
+                ldsm_x4_t(vt[jt], st + L::V + mg * L::B + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8));
                 if constexpr (KDA)
                     c0[jt] = c1[jt] = make_float2(1.f, 1.f);
                 else if constexpr (!PRE)
                     col_pairs(ck, jt, t, c0[jt], c1[jt]);
             }
-            wait<0>();
+            wait<DUAL ? 1 : 0>();
             acc_fence(y);
 
             /* X^T = V^T - ck Y^T in f32, rounded once into A fragments (k = tokens); Vn^T starts
@@ -540,6 +590,16 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             }
             wait<0>();
             acc_fence(vn);
+            if constexpr (DUAL) {
+                acc_fence(oa);
+                const float *cq = ck + C;
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const float2 cf = *reinterpret_cast<const float2 *>(cq + acc_col(t, i));
+                    oa[i] *= cf.x;
+                    oa[i + 1] *= cf.y;
+                }
+            }
 
             /* S^T += (Vn^T cu) K: per box of 64 d, N = 64 d, k = tokens (K as MN-major B). */
             uint32_t ua[4][4];
@@ -554,8 +614,18 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             mma_rs_boxes<T, KB>(s, ua, desc_add(dms, L::KU));
             commit();
 
-            /* Meanwhile: Vn^T to the output warpgroup. */
-            if constexpr (!PRE) {
+            /* Meanwhile: Vn^T to the output warpgroup (DUAL: O^T += Vn^T Pm^T here). */
+            if constexpr (DUAL) {
+                uint32_t va[4][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    pack_frag<T>(vn, j, va[j]);
+                fence();
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    mma_rs<T, 0>(oa, va[j], desc_add(dks, L::PM + kmajor_step(j)), 1);
+                commit();
+            } else if constexpr (!PRE) {
                 if (c > 0)
                     bar_sync(BAR_VFREE, 256); /* its Vn^T Pm^T of chunk c - 1 is done */
 #pragma unroll
@@ -571,6 +641,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
 #pragma unroll
             for (int b = 0; b < KB; ++b)
                 acc_fence(s[b]);
+            if constexpr (DUAL)
+                acc_fence(oa);
             mbar_arrive(&empty[stage]);
             if constexpr (!PRE && SERVE) {
                 /* Prefix-cache checkpoint: S after this chunk, when it ends a multiple of the interval. */
@@ -581,6 +653,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                         store_s(slot);
                 }
             }
+            if constexpr (DUAL)
+                store_o(c, oa, L::OST + mg * L::B, 1 + mg, 1);
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1u;
@@ -602,9 +676,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         return;
     }
 
-    if constexpr (!PRE) {
+    if constexpr (!PRE && !DUAL) {
         /* Output warpgroup. */
-        T *o = static_cast<T *>(p.o);
         int stage = 0;
         uint32_t phase = 0;
 #pragma unroll 1
@@ -662,26 +735,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                 phase ^= 1u;
             }
 
-            /* O: transposed into the staging tile of this chunk's parity ([token][v]), then the valid
-             * rows out. Two tiles: a thread writes one only after every output thread has passed the
-             * last barrier 3, so after it finished reading that tile two chunks ago. */
-#pragma unroll
-            for (int jt = 0; jt < 4; ++jt) {
-                uint32_t ov[4];
-                pack_frag<T>(oa, jt, ov);
-                stsm_x4_t(sb + ost + box_offset(16 * jt + (mi >> 1) * 8 + r8, 16 * w + (mi & 1) * 8), ov);
-            }
-            bar_sync(BAR_O, 128);
-            const int cl = (int)min64(C, sq.len - (int64_t)c * C);
-            T *op_ = o + sq.row * p.o_b + (sq.bos + (int64_t)c * C) * p.o_t + hv * p.o_h + v0 + 8 * (t & 7);
-#pragma unroll
-            for (int it = 0; it < 4; ++it) {
-                const int r = (t >> 3) + 16 * it;
-                if (r < cl)
-                    *reinterpret_cast<uint4 *>(op_ + r * p.o_t) =
-                        !SERVE || hrow >= 0 ? *reinterpret_cast<const uint4 *>(smem + ost + box_offset(r, 8 * (t & 7)))
-                                            : make_uint4(0, 0, 0, 0);
-            }
+            store_o(c, oa, ost, BAR_O, 0);
         }
     }
 }
