@@ -93,6 +93,11 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     using L = WgSmem<K, PRE, KDA, DUAL>;
     constexpr int THREADS = WgConfig<PRE>::THREADS, COPY = WgConfig<PRE>::COPY, STAGES = L::S;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = DUAL ? 128 : 64;
+    /* setmaxnreg budgets (not PRE) of the copy warpgroup and each of the two others: their sum may not
+     * exceed the launch's registers (__launch_bounds__: at most 65536 / THREADS a thread, in steps of
+     * 8), or setmaxnreg.inc waits forever for registers no warpgroup gives back. */
+    constexpr int REGS_COPY = DUAL ? 56 : 96, REGS_MATH = DUAL ? 224 : 200;
+    static_assert(PRE || 128 * (REGS_COPY + 2 * REGS_MATH) <= 65536 / THREADS / 8 * 8 * THREADS, "setmaxnreg budget");
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -348,10 +353,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
      * gives each back (named barriers 4, 5) before the chain overwrites it. */
     const int c_end = (int)nchunks;
     if (warp >= (THREADS - COPY) / 32) {
-        if constexpr (DUAL)
-            regs_dec<56>();
-        else if constexpr (!PRE)
-            regs_dec<96>();
+        if constexpr (!PRE)
+            regs_dec<REGS_COPY>();
 #pragma unroll
         for (int i = 0; i < AHEAD; ++i) {
             if (i < c_end) {
@@ -379,10 +382,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
         cp_async_wait<0>();
         return;
     }
-    if constexpr (DUAL)
-        regs_inc<224>();
-    else if constexpr (!PRE)
-        regs_inc<200>();
+    if constexpr (!PRE)
+        regs_inc<REGS_MATH>();
 
     /* O of chunk c, this warpgroup's 64 value rows: transposed into the staging tile ost ([token][v]),
      * then the valid rows out, the tile ordered by the warpgroup's named barrier bar. Double-buffered
