@@ -174,6 +174,10 @@ static gdn_status launch_prep(const ChunkParams &prm, const gdn_problem *p, cuda
                          "chunk_prep launch");
 }
 
+/* The main pass's 64-row value tiles: its one-chain CTAs, one per SM at a time (the plain path's
+ * grid; the cooperative grid's first coop_main CTAs). */
+static int64_t wg_tiles(const gdn_problem *p) { return p->N * p->HV * (p->V / 64); }
+
 /* chunk_wg over nseg segments, with PRE the chain alone over V + K virtual rows; DUAL: 128 value
  * rows a CTA. */
 template <typename T, int K, bool SERVE, bool KDA, bool PRE, bool DUAL = false>
@@ -209,7 +213,7 @@ static bool dual_fits(const ChunkParams &prm, const gdn_problem *p, bool kda)
         return dev > 0;
     /* Waves of one CTA per SM: DUAL's CTAs are half as many and each takes TUNE_DUAL_COST % of the
      * time of a one-chain CTA. */
-    const int64_t sms = sm_count(p), tiles = p->N * p->HV * (p->V / 64);
+    const int64_t sms = sm_count(p), tiles = wg_tiles(p);
     const int64_t one = (tiles + sms - 1) / sms, two = (tiles / 2 + sms - 1) / sms;
     return two * TUNE_DUAL_COST <= one * 100;
 }
@@ -242,7 +246,7 @@ static gdn_status launch_cp(const ChunkParams &prm, const gdn_problem *p, cudaSt
  * needs the chunk count). */
 static bool coop_fits(const gdn_problem *p, bool kda)
 {
-    return !TUNE_NO_COOP && p->T > 0 && (!kda || !p->cu_seqlens) && p->N * p->HV * (p->V / 64) <= sm_count(p) / 2;
+    return !TUNE_NO_COOP && p->T > 0 && (!kda || !p->cu_seqlens) && wg_tiles(p) <= sm_count(p) / 2;
 }
 
 /* The cooperative grid's shared memory: chunk_wg's, or with KDA gates three kda_prep units if
@@ -316,7 +320,7 @@ static gdn_status launch_coop(ChunkParams prm, const gdn_problem *p, cudaStream_
         (st = gdn_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, wg, WgConfig<false>::THREADS, WB),
                              "chunk_wg occupancy")) != GDN_OK)
         return st;
-    const int64_t main_ctas = p->N * p->HV * (p->V / 64), ctas = (int64_t)sm_count(p) * per_sm;
+    const int64_t main_ctas = wg_tiles(p), ctas = (int64_t)sm_count(p) * per_sm;
     if (per_sm < 1 || ctas <= main_ctas) /* no room for prep units */
         return launch_two<T, K, SERVE, KDA>(prm, p, stream);
     prm.ready = reinterpret_cast<int *>(prm.ws + (size_t)prm.slots * (size_t)p->HV * record_bytes(p));
@@ -407,7 +411,7 @@ extern "C" gdn_status gdn_cuda_chunk_fwd_check(const gdn_problem *p)
                              (long long)p->V);
     if (p->state_dtype != GDN_DTYPE_F32 && p->state_dtype != GDN_DTYPE_BF16)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "state: f32 or bf16 on CUDA");
-    if (slots_per_head(p) * p->HV > INT32_MAX || p->N * p->HV * (p->V / 64) > INT32_MAX)
+    if (slots_per_head(p) * p->HV > INT32_MAX || wg_tiles(p) > INT32_MAX)
         return gdn_set_error(GDN_ERR_UNSUPPORTED, "q: %lld tokens x %lld value heads exceed the CUDA chunk path's grid",
                              (long long)p->T, (long long)p->HV);
     return GDN_OK;
