@@ -588,30 +588,6 @@ static int test_many_heads(void)
     return combine(rc, run_case("varlen H=8 HV=24", c, DEF));
 }
 
-/* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
- * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
- * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
- * states in the VK layout. */
-static int test_dual(void)
-{
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 2) {
-        printf("  no SM count\n");
-        return TU_FAIL;
-    }
-    const int64_t hv = sms / 2;
-    tu_case_config c = base(130, hv, hv, 128, 420);
-    c.B = 2;
-    int rc = run_case("B=2 H=HV=SMs/2", c, (opts){.check_determinism = 1, .tol = 1e-2});
-    c = base(0, hv, 2 * hv, 128, 421);
-    static const int32_t lens[3] = {200, 0, 65};
-    c.nseq = 3;
-    memcpy(c.seqlens, lens, sizeof lens);
-    c.state_dtype = GDN_DTYPE_BF16;
-    c.layout = GDN_STATE_VK;
-    return combine(rc, run_case("varlen H=SMs/2 HV=SMs, bf16 VK states", c, DEF));
-}
-
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
@@ -1084,6 +1060,35 @@ static int test_kda_many(void)
     memcpy(c.seqlens, lens, sizeof lens);
     rc = combine(rc, run_case("kda many varlen H=32", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
     return rc;
+}
+
+/* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
+ * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
+ * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
+ * states in the VK layout, KDA gates. */
+static int test_dual(void)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 2) {
+        printf("  no SM count\n");
+        return TU_FAIL;
+    }
+    const int64_t hv = sms / 2;
+    tu_case_config c = base(130, hv, hv, 128, 420);
+    c.B = 2;
+    int rc = run_case("B=2 H=HV=SMs/2", c, (opts){.check_determinism = 1, .tol = 1e-2});
+    c = base(0, hv, 2 * hv, 128, 421);
+    static const int32_t lens[3] = {200, 0, 65};
+    c.nseq = 3;
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.state_dtype = GDN_DTYPE_BF16;
+    c.layout = GDN_STATE_VK;
+    rc = combine(rc, run_case("varlen H=SMs/2 HV=SMs, bf16 VK states", c, DEF));
+    c = kda_case(130, hv, hv, 128, 422);
+    c.B = 2;
+    c.raw_gates = 1;
+    c.lower_bound = -5.f;
+    return combine(rc, run_case("kda B=2 H=HV=SMs/2 raw gates", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
 }
 
 /* The state pool and checkpoints with KDA gates (tu_pool_run's chunk specs). */
