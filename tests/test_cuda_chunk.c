@@ -797,14 +797,14 @@ static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
 
 /* tu_pool_run's chunk specs (state pool, has_initial_state, null slots, checkpoints) with the
  * gates of `kind`, H = 2, HV = 4, K = V = KV; cfg returns the configuration for further cases. */
-static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_case_config *cfg)
+static void run_pool_specs_heads(gdn_gate_kind kind, uint64_t seed, int64_t KV, int64_t H, int64_t HV, tu_case_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->dtype = GDN_DTYPE_BF16;
     cfg->l2norm = 1;
     cfg->kind = kind;
-    cfg->H = 2;
-    cfg->HV = 4;
+    cfg->H = H;
+    cfg->HV = HV;
     cfg->K = KV;
     cfg->V = KV;
     for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
@@ -813,6 +813,11 @@ static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_cas
         s.run_chunk = run_chunk_cuda;
         tu_pool_run(&s, cfg, seed + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
     }
+}
+
+static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_case_config *cfg)
+{
+    run_pool_specs_heads(kind, seed, KV, 2, 4, cfg);
 }
 
 static int test_pool(void)
@@ -1065,7 +1070,7 @@ static int test_kda_many(void)
 /* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
  * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
  * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
- * states in the VK layout, KDA gates. */
+ * states in the VK layout, KDA gates, the state pool and checkpoints. */
 static int test_dual(void)
 {
     int sms = 0;
@@ -1088,7 +1093,13 @@ static int test_dual(void)
     c.B = 2;
     c.raw_gates = 1;
     c.lower_bound = -5.f;
-    return combine(rc, run_case("kda B=2 H=HV=SMs/2 raw gates", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+    rc = combine(rc, run_case("kda B=2 H=HV=SMs/2 raw gates", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+    /* The serving instances: the chunk pool specs (4 sequences: checkpoints, skipped sequences,
+     * has_initial_state, bf16 VK pools) on H = HV = SMs / 2, four waves of one-chain CTAs. */
+    tu_case_config cfg;
+    run_pool_specs_heads(GDN_GATE_GDN, 9400, 128, hv, hv, &cfg);
+    run_pool_specs_heads(GDN_GATE_KDA, 9410, 128, hv, hv, &cfg);
+    return rc;
 }
 
 /* The state pool and checkpoints with KDA gates (tu_pool_run's chunk specs). */
