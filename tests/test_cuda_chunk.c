@@ -588,30 +588,6 @@ static int test_many_heads(void)
     return combine(rc, run_case("varlen H=8 HV=24", c, DEF));
 }
 
-/* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
- * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
- * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
- * states in the VK layout. */
-static int test_dual(void)
-{
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 2) {
-        printf("  no SM count\n");
-        return TU_FAIL;
-    }
-    const int64_t hv = sms / 2;
-    tu_case_config c = base(130, hv, hv, 128, 420);
-    c.B = 2;
-    int rc = run_case("B=2 H=HV=SMs/2", c, (opts){.check_determinism = 1, .tol = 1e-2});
-    c = base(0, hv, 2 * hv, 128, 421);
-    static const int32_t lens[3] = {200, 0, 65};
-    c.nseq = 3;
-    memcpy(c.seqlens, lens, sizeof lens);
-    c.state_dtype = GDN_DTYPE_BF16;
-    c.layout = GDN_STATE_VK;
-    return combine(rc, run_case("varlen H=SMs/2 HV=SMs, bf16 VK states", c, DEF));
-}
-
 static int test_long(void)
 {
     tu_case_config c = base(4096, 1, 2, 128, 300);
@@ -821,14 +797,14 @@ static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
 
 /* tu_pool_run's chunk specs (state pool, has_initial_state, null slots, checkpoints) with the
  * gates of `kind`, H = 2, HV = 4, K = V = KV; cfg returns the configuration for further cases. */
-static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_case_config *cfg)
+static void run_pool_specs_heads(gdn_gate_kind kind, uint64_t seed, int64_t KV, int64_t H, int64_t HV, tu_case_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->dtype = GDN_DTYPE_BF16;
     cfg->l2norm = 1;
     cfg->kind = kind;
-    cfg->H = 2;
-    cfg->HV = 4;
+    cfg->H = H;
+    cfg->HV = HV;
     cfg->K = KV;
     cfg->V = KV;
     for (int v = 0; v < TU_CHUNK_POOL_SPECS; v++) {
@@ -837,6 +813,11 @@ static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_cas
         s.run_chunk = run_chunk_cuda;
         tu_pool_run(&s, cfg, seed + (uint64_t)v, NULL, 6e-3, s.state_dtype == GDN_DTYPE_BF16 ? 1e-2 : 6e-3);
     }
+}
+
+static void run_pool_specs(gdn_gate_kind kind, uint64_t seed, int64_t KV, tu_case_config *cfg)
+{
+    run_pool_specs_heads(kind, seed, KV, 2, 4, cfg);
 }
 
 static int test_pool(void)
@@ -1083,6 +1064,41 @@ static int test_kda_many(void)
     c.nseq = 5;
     memcpy(c.seqlens, lens, sizeof lens);
     rc = combine(rc, run_case("kda many varlen H=32", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+    return rc;
+}
+
+/* Two chains a CTA: with at least twice an SM's worth of 64-row value tiles the launcher takes
+ * chunk_wg's DUAL instance (dual_fits; H = HV = SMs / 2 at B = 2 gives two waves of one-chain CTAs
+ * against one of DUAL's). Initial state, odd lengths, GVA, varlen with an empty sequence, bf16
+ * states in the VK layout, KDA gates, the state pool and checkpoints. */
+static int test_dual(void)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms < 2) {
+        printf("  no SM count\n");
+        return TU_FAIL;
+    }
+    const int64_t hv = sms / 2;
+    tu_case_config c = base(130, hv, hv, 128, 420);
+    c.B = 2;
+    int rc = run_case("B=2 H=HV=SMs/2", c, (opts){.check_determinism = 1, .tol = 1e-2});
+    c = base(0, hv, 2 * hv, 128, 421);
+    static const int32_t lens[3] = {200, 0, 65};
+    c.nseq = 3;
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.state_dtype = GDN_DTYPE_BF16;
+    c.layout = GDN_STATE_VK;
+    rc = combine(rc, run_case("varlen H=SMs/2 HV=SMs, bf16 VK states", c, DEF));
+    c = kda_case(130, hv, hv, 128, 422);
+    c.B = 2;
+    c.raw_gates = 1;
+    c.lower_bound = -5.f;
+    rc = combine(rc, run_case("kda B=2 H=HV=SMs/2 raw gates", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+    /* The serving instances: the chunk pool specs (4 sequences: checkpoints, skipped sequences,
+     * has_initial_state, bf16 VK pools) on H = HV = SMs / 2, four waves of one-chain CTAs. */
+    tu_case_config cfg;
+    run_pool_specs_heads(GDN_GATE_GDN, 9400, 128, hv, hv, &cfg);
+    run_pool_specs_heads(GDN_GATE_KDA, 9410, 128, hv, hv, &cfg);
     return rc;
 }
 

@@ -201,12 +201,11 @@ static int dev_dual()
 
 /* Two math warpgroups a CTA (DUAL), each the chain and the outputs of 64 value rows, where the
  * main pass has more than a wave of CTAs: the tensor pipe then interleaves two chains, where one
- * chain a CTA leaves it idle during its own dependent steps. Not for KDA gates (whose stage holds
- * one more K-wide tile) nor the training call (the saved states come from the output warpgroup's
- * hand-off tile). */
-static bool dual_fits(const ChunkParams &prm, const gdn_problem *p, bool kda)
+ * chain a CTA leaves it idle during its own dependent steps. Not for the training call (the saved
+ * states come from the output warpgroup's hand-off tile). */
+static bool dual_fits(const ChunkParams &prm, const gdn_problem *p)
 {
-    if (kda || prm.states_out || p->V % 128 != 0)
+    if (prm.states_out || p->V % 128 != 0)
         return false;
     const int dev = dev_dual();
     if (dev >= 0)
@@ -300,9 +299,8 @@ static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaS
     const gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
     if (st != GDN_OK)
         return st;
-    if constexpr (!KDA)
-        if (dual_fits(prm, p, KDA))
-            return launch_wg<T, K, SERVE, KDA, false, true>(prm, p, 1, stream);
+    if (dual_fits(prm, p))
+        return launch_wg<T, K, SERVE, KDA, false, true>(prm, p, 1, stream);
     return launch_wg<T, K, SERVE, KDA, false>(prm, p, 1, stream);
 }
 
@@ -364,7 +362,7 @@ static gdn_status launch_paths(const ChunkParams &prm, const gdn_problem *p, cud
 {
     if (prm.seg_chunks > 0)
         return launch_cp<T, K, SERVE, KDA>(prm, p, stream);
-    if (coop_fits(p, KDA) && !(dev_dual() > 0 && dual_fits(prm, p, KDA)))
+    if (coop_fits(p, KDA) && !(dev_dual() > 0 && dual_fits(prm, p)))
         return launch_coop<T, K, SERVE, KDA>(prm, p, stream);
     return launch_two<T, K, SERVE, KDA>(prm, p, stream);
 }

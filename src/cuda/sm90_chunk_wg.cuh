@@ -38,7 +38,7 @@
  * rows a CTA, warps 0-3 and 4-7 each a chain warpgroup of 64 rows that also forms its own outputs
  * (O^T = cq (S^T Q^T) from the S^T fragments, + Vn^T Pm^T from Vn^T's, both from registers) and
  * stores them through its own staging tile; no output warpgroup and no hand-off tiles. The two
- * chains share the stage (Q, K, the record; V is two boxes), and while one waits on its dependent
+ * chains share the stage (all but V, which is two boxes), and while one waits on its dependent
  * products the other's fill the tensor pipe. Same products, roundings and order as the one-chain
  * CTA: o and the states are bitwise equal.
  *
@@ -89,14 +89,14 @@ template <int K, typename T, bool PRE, bool SERVE, bool KDA = false, bool DUAL =
 __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_kernel(const __grid_constant__ ChunkParams p)
 {
     using namespace gdn_sm90;
-    static_assert(!DUAL || (!PRE && !KDA), "DUAL: the plain GDN main pass");
+    static_assert(!DUAL || !PRE, "DUAL: the main pass");
     using L = WgSmem<K, PRE, KDA, DUAL>;
     constexpr int THREADS = WgConfig<PRE>::THREADS, COPY = WgConfig<PRE>::COPY, STAGES = L::S;
     constexpr int KB = K / 64, KC = K / 8, AHEAD = STAGES - 1, BV = DUAL ? 128 : 64;
     /* setmaxnreg budgets (not PRE) of the copy warpgroup and each of the two others: their sum may not
      * exceed the launch's registers (__launch_bounds__: at most 65536 / THREADS a thread, in steps of
      * 8), or setmaxnreg.inc waits forever for registers no warpgroup gives back. */
-    constexpr int REGS_COPY = DUAL ? 56 : 96, REGS_MATH = DUAL ? 224 : 200;
+    constexpr int REGS_COPY = DUAL ? (KDA ? 88 : 56) : 96, REGS_MATH = DUAL ? (KDA ? 208 : 224) : 200;
     static_assert(PRE || 128 * (REGS_COPY + 2 * REGS_MATH) <= 65536 / THREADS / 8 * 8 * THREADS, "setmaxnreg budget");
     constexpr int BAR_S = 1, BAR_V = 2, BAR_O = 3, BAR_SFREE = 4, BAR_VFREE = 5;
     extern __shared__ unsigned char smem_raw[];
@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
             }
             wait<0>();
             acc_fence(vn);
-            if constexpr (DUAL) {
+            if constexpr (DUAL && !KDA) { /* KDA: Q~ carries the scale, norm and decay */
                 acc_fence(oa);
                 const float *cq = ck + C;
 #pragma unroll
