@@ -1,8 +1,10 @@
 """profile_bwd.py - per-kernel CUDA times of libgdn's chunked backward (torch profiler), one shape.
 
     PYTHONPATH=python GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py [B T H HV [once]]
+    PYTHONPATH=python:bench GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py varlen N H HV [once]
 
-With `once`: one backward call and no profiler (for ncu, dev/backward/ncu_source.sh).
+With `once`: one backward call and no profiler (for ncu, dev/backward/ncu_source.sh). `varlen N`: B = 1
+and bench/fla_prefill.varlen_cu(N)'s sequences (bench/fla_backward.py's varlen shape), as cu_seqlens.
 """
 import sys
 
@@ -11,7 +13,15 @@ import torch.nn.functional as F
 
 import libgdn
 
-B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (2, 16384, 16, 16)
+cu = None
+if len(sys.argv) > 1 and sys.argv[1] == "varlen":
+    from fla_prefill import varlen_cu
+
+    cu_cpu, T = varlen_cu(int(sys.argv[2]))
+    cu = cu_cpu.cuda()
+    B, H, HV = 1, int(sys.argv[3]), int(sys.argv[4])
+else:
+    B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (2, 16384, 16, 16)
 once = len(sys.argv) > 5 and sys.argv[5] == "once"
 D = 128
 q = torch.randn(B, T, H, D, device="cuda").bfloat16().requires_grad_()
@@ -20,7 +30,7 @@ v = torch.randn(B, T, HV, D, device="cuda").bfloat16().requires_grad_()
 g = F.logsigmoid(torch.randn(B, T, HV, device="cuda")).requires_grad_()
 beta = torch.rand(B, T, HV, device="cuda").bfloat16().requires_grad_()
 do = torch.randn_like(v)
-o, _ = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+o, _ = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
 if once:
     o.backward(do)
     torch.cuda.synchronize()
@@ -32,7 +42,7 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
     for _ in range(5):
         o.backward(do, retain_graph=True)
     torch.cuda.synchronize()
-print(f"B{B} T{T} H{H} HV{HV}: per-kernel CUDA time over 5 backward calls")
+print(f"B{B} T{T} H{H} HV{HV}{' varlen' if cu is not None else ''}: per-kernel CUDA time over 5 backward calls")
 for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]:
     print(f"{e.key[:60]:60s} {e.device_time_total / e.count / 1000:8.3f} ms x {e.count}")
 # The backward's kernels from the first start to the last end, per call (bwd_grad may run beside
