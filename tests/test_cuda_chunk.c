@@ -796,7 +796,8 @@ static gdn_status run_chunk_cuda(gdn_chunk_fwd_args a)
 }
 
 /* tu_pool_run's chunk specs (state pool, has_initial_state, null slots, checkpoints) with the
- * gates of `kind`, H = 2, HV = 4, K = V = KV; cfg returns the configuration for further cases. */
+ * gates of `kind`, H key and HV value heads, K = V = KV (run_pool_specs: H = 2, HV = 4); cfg returns
+ * the configuration for further cases. */
 static void run_pool_specs_heads(gdn_gate_kind kind, uint64_t seed, int64_t KV, int64_t H, int64_t HV, tu_case_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);

@@ -654,7 +654,7 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
                         store_s(slot);
                 }
             }
-            if constexpr (DUAL)
+            if constexpr (DUAL) /* named barriers 1 + mg: BAR_S and BAR_V, which DUAL leaves unused */
                 store_o(c, oa, L::OST + mg * L::B, 1 + mg, 1);
             if (++stage == STAGES) {
                 stage = 0;
