@@ -47,15 +47,24 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 
 /* Launches a bulk-copy kernel (both fast paths: kernel(prm, rows)) over the problem's row blocks,
  * value heads and sequences, with programmatic stream serialization where tma_use_pdl says so. */
+inline dim3 tile_grid(const gdn_problem *p, TmaTile tile)
+{
+    return dim3((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
+}
+
+inline gdn_status device_sms(const gdn_problem *p, int *sms)
+{
+    return gdn_cuda_check(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
+                          "gdn_recurrent_fwd: device attribute");
+}
+
 template <typename Kernel>
 gdn_status launch_tile_kernel(Kernel kernel, const RecurrentParams &prm, const gdn_problem *p, TmaTile tile,
                               size_t smem)
 {
-    const dim3 grid((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV,
-                    (unsigned)(p->N < 65535 ? p->N : 65535));
+    const dim3 grid = tile_grid(p, tile);
     int sms = 0;
-    gdn_status st = gdn_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
-                                   "gdn_recurrent_fwd: device attribute");
+    gdn_status st = device_sms(p, &sms);
     if (st != GDN_OK)
         return st;
     const int64_t ctas = (int64_t)grid.x * grid.y * grid.z;
@@ -81,24 +90,36 @@ inline bool one_token_calls(const gdn_problem *p) { return one_token(p->N, p->T,
 
 template <int K, typename StateT> constexpr int one_token_tile_rows() { return base_tile_rows<K, StateT>() / 2; }
 
-template <int K, typename StateT, typename InT, bool KDA, int TILE, int TC>
-gdn_status launch_tma_instance(const RecurrentParams &prm, const gdn_problem *p)
+template <int K, typename StateT, typename InT, bool KDA, int TILE, int TC, bool BOUNDED = false>
+gdn_status launch_tma_instance(const RecurrentParams &prm, const gdn_problem *p, TmaTile tile)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
-    const gdn_status st =
-        gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>(), "gdn_recurrent_fwd: carveout");
+    const gdn_status st = gdn_cuda_check(prefer_shared_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC, BOUNDED>(),
+                                         "gdn_recurrent_fwd: carveout");
     if (st != GDN_OK)
         return st;
-    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>, prm, p,
-                              tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, p->cu_seqlens != NULL, TILE), 0);
+    return launch_tile_kernel(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC, BOUNDED>, prm, p, tile, 0);
 }
 
 template <int K, typename StateT, typename InT, bool KDA>
 gdn_status launch_tma(const RecurrentParams &prm, const gdn_problem *p)
 {
-    if (one_token_calls(p))
-        return launch_tma_instance<K, StateT, InT, KDA, one_token_tile_rows<K, StateT>(), 1>(prm, p);
-    return launch_tma_instance<K, StateT, InT, KDA, tile_rows<K, StateT, KDA>(), TOKEN_CHUNK>(prm, p);
+    const bool varlen = p->cu_seqlens != NULL;
+    if (!one_token_calls(p))
+        return launch_tma_instance<K, StateT, InT, KDA, tile_rows<K, StateT, KDA>(), TOKEN_CHUNK>(
+            prm, p, tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, varlen));
+    constexpr int TILE = one_token_tile_rows<K, StateT>();
+    const TmaTile tile = tma_tile<K, StateT, KDA>(p->N, p->HV, p->V, p->T, varlen, TILE);
+    if (KDA) {
+        int sms = 0;
+        const gdn_status st = device_sms(p, &sms);
+        if (st != GDN_OK)
+            return st;
+        const dim3 grid = tile_grid(p, tile);
+        if (one_token_bounded((int64_t)grid.x * grid.y * grid.z, sms))
+            return launch_tma_instance<K, StateT, InT, KDA, TILE, 1, KDA>(prm, p, tile);
+    }
+    return launch_tma_instance<K, StateT, InT, KDA, TILE, 1>(prm, p, tile);
 }
 
 /* Tokens per sequence of a call (varlen: on average). */

@@ -15,10 +15,10 @@ namespace {
 /* The fast path wants several state tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
 template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),
-          int TC = TOKEN_CHUNK>
+          int TC = TOKEN_CHUNK, bool BOUNDED = false>
 cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC>,
+    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC, BOUNDED>,
                                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                                         (int)cudaSharedmemCarveoutMaxShared);
     return err;
@@ -54,6 +54,12 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen, int m
         warps = rows / ROWS_PER_WARP;
     return TmaTile{rows, warps};
 }
+
+/* KDA's one-token calls take the register-bounded instance (ten CTAs an SM instead of eight) once
+ * their grid of `ctas` is more than three waves at eight: there it keeps more state bytes in flight
+ * an SM, while on smaller grids the cap only lengthens each CTA's token loop (one wave: 1.4x the
+ * time; two: 1.1x for a bf16 state, whose bounded instance spills; dev/decode/README.md). */
+inline bool one_token_bounded(int64_t ctas, int sms) { return ctas > 24 * (int64_t)sms; }
 
 /* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
  * the stream; grid_dependency_sync) for a fast-path grid of `ctas` CTAs on `sms` SMs: it pays for
