@@ -864,7 +864,9 @@ static int test_kda_extreme_gates(void)
 }
 
 /* Grids of many CTAs (launched with and without programmatic dependent launch): 64 x 32 and
- * 160 x 32 (sequence, value head) pairs at T = 1, 40 x 32 at T = 4 and 8, both state dtypes. */
+ * 160 x 32 (sequence, value head) pairs at T = 1, 40 x 32 at T = 4 and 8, both state dtypes. The
+ * T = 1 grids (4096-8192 CTAs) are past one_token_bounded's three waves: the register-bounded
+ * instance; the smaller cases of this file take the unbounded one. */
 static int test_kda_many_pairs(void)
 {
     if (!need_gpu())
