@@ -23,12 +23,24 @@ import torch.nn.functional as F
 import libgdn
 
 
-def cases():
-    gen = torch.Generator(device="cuda").manual_seed(7)
+def with_extreme(g):
+    """g with every 7th log decay replaced, in turn, by -1e4, -60, -15, -3, -0.5, -1e-4 and 0."""
+    cyc = torch.tensor([-1e4, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0], device="cuda")
+    idx = torch.arange(g.numel(), device="cuda").view(g.shape)
+    return torch.where(idx % 7 == 0, cyc[(idx // 7) % 7], g)
+
+
+def drawer(seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def rn(*s, dt=torch.bfloat16):
         return torch.randn(*s, device="cuda", generator=gen).to(dt)
 
+    return gen, rn
+
+
+def cases():
+    gen, rn = drawer(7)
     for D, T, H, gate, varlen in [(128, 1000, 32, "safe16", False), (128, 8192, 4, "safe16", False),
                                   (128, 777, 8, "safe32", True), (64, 900, 12, "softplus", False),
                                   (128, 600, 4, "g_extreme", True), (64, 513, 4, "g", True)]:
@@ -50,19 +62,14 @@ def cases():
         else:
             g = F.logsigmoid(rn(1, T, H, D, dt=torch.float32))
             if gate == "g_extreme":
-                cyc = torch.tensor([-1e4, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0], device="cuda")
-                idx = torch.arange(g.numel(), device="cuda").view(g.shape)
-                g = torch.where(idx % 7 == 0, cyc[(idx // 7) % 7], g)
+                g = with_extreme(g)
         name = f"D{D}_T{T}_H{H}_{gate}{'_varlen' if varlen else ''}"
         o, s = libgdn.chunk_kda(q, k, v, g, beta, **kw)
         yield name, o, s
 
 
 def gdn_cases():
-    gen = torch.Generator(device="cuda").manual_seed(11)
-
-    def rn(*s, dt=torch.bfloat16):
-        return torch.randn(*s, device="cuda", generator=gen).to(dt)
+    gen, rn = drawer(11)
 
     for D, B, T, H, HV, gate, varlen in [(128, 2, 1000, 4, 16, "g", False), (128, 1, 8192, 2, 8, "g", False),
                                          (128, 1, 777, 8, 16, "raw", True), (64, 1, 900, 4, 12, "g", False),
@@ -83,9 +90,7 @@ def gdn_cases():
         else:
             g = F.logsigmoid(rn(B, T, HV, dt=torch.float32))
             if gate == "g_extreme":
-                cyc = torch.tensor([-1e4, -60.0, -15.0, -3.0, -0.5, -1e-4, 0.0], device="cuda")
-                idx = torch.arange(g.numel(), device="cuda").view(g.shape)
-                g = torch.where(idx % 7 == 0, cyc[(idx // 7) % 7], g)
+                g = with_extreme(g)
         name = f"gdn_D{D}_B{B}_T{T}_H{H}_HV{HV}_{gate}{'_varlen' if varlen else ''}"
         o, s = libgdn.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
         yield name, o, s
