@@ -25,6 +25,8 @@
 #ifndef GDN_SM90_KDA_PREP_CUH
 #define GDN_SM90_KDA_PREP_CUH
 
+#include <type_traits>
+
 #include "sm90_chunk_prep.cuh"
 
 namespace gdn_chunk {
@@ -115,30 +117,41 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
         if (SAFE)
             dtb[j] *= kg.c2;
     }
+    static_assert(KPL == 2 || KPL == 4, "K = 64 or 128");
+    /* A lane's KPL values move as one vector: with a lane stride of KPL words, scalar accesses would
+     * hit each bank KPL ways. */
+    using FV = std::conditional_t<KPL == 4, float4, float2>;
+    using WV = std::conditional_t<KPL == 4, uint2, uint32_t>;
 #pragma unroll 4
     for (int r = warp; r < cl; r += 4) {
         float *row = Gs + r * GLD;
         float x[KPL];
         if constexpr (sizeof(E) == 2) {
-            const uint32_t *src = reinterpret_cast<const uint32_t *>(reinterpret_cast<const unsigned char *>(row) +
-                                                                     kda_stage16<K, GLD>()) + KPL / 2 * lane;
+            const WV wv = *reinterpret_cast<const WV *>(reinterpret_cast<const unsigned char *>(row) +
+                                                        kda_stage16<K, GLD>() + 2 * d0);
+            const uint32_t *w = reinterpret_cast<const uint32_t *>(&wv);
 #pragma unroll
             for (int j = 0; j < KPL / 2; ++j) {
-                const float2 f = Mma16<E>::unpack(src[j]);
+                const float2 f = Mma16<E>::unpack(w[j]);
                 x[2 * j] = f.x;
                 x[2 * j + 1] = f.y;
             }
         } else {
+            const FV v = *reinterpret_cast<const FV *>(row + d0);
+            const float *vx = reinterpret_cast<const float *>(&v);
 #pragma unroll
             for (int j = 0; j < KPL; ++j)
-                x[j] = row[d0 + j];
+                x[j] = vx[j];
         }
         __syncwarp();
+        FV out;
+        float *y = reinterpret_cast<float *>(&out);
 #pragma unroll
         for (int j = 0; j < KPL; ++j) {
             const float g2 = SAFE ? kda_gate_safe_log2(x[j], dtb[j], kg) : kda_gate_softplus_log2(x[j], dtb[j], kg);
-            row[d0 + j] = g2 < G_FLOOR2 ? G_FLOOR2 : g2;
+            y[j] = g2 < G_FLOOR2 ? G_FLOOR2 : g2;
         }
+        *reinterpret_cast<FV *>(row + d0) = out;
     }
 }
 
