@@ -312,12 +312,16 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
             gcv[4] = c1.x, gcv[5] = c1.y, gcv[6] = c1.z, gcv[7] = c1.w;
         }
         unsigned char *img = rec + KR::IMG + (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES;
+        /* Lanes 4-7 of each 8 read the second half of their 8 keys first: each 8-lane phase of a
+         * 16-byte load then covers all 32 banks once (in key order, lanes 0 and 4 would meet). */
+        const int sw = (ch >> 2) & 1;
 #pragma unroll 1
         for (int r = r0; r < r1; r += RSTEP) {
             const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, 8 * ch));
             const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, 8 * ch));
-            const float4 g0 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch);
-            const float4 g1 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4);
+            const float4 ga = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4 * sw);
+            const float4 gb = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4 - 4 * sw);
+            const float4 g0 = sw ? gb : ga, g1 = sw ? ga : gb;
             const float e[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
             const float fq = p.scale * rq[r], fk = rk[r];
             const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
