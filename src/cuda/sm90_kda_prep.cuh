@@ -25,6 +25,8 @@
 #ifndef GDN_SM90_KDA_PREP_CUH
 #define GDN_SM90_KDA_PREP_CUH
 
+#include <type_traits>
+
 #include "sm90_chunk_prep.cuh"
 
 namespace gdn_chunk {
@@ -115,30 +117,41 @@ __device__ __forceinline__ void kda_gate_rows(const ChunkParams &p, int64_t hv, 
         if (SAFE)
             dtb[j] *= kg.c2;
     }
+    static_assert(KPL == 2 || KPL == 4, "K = 64 or 128");
+    /* A lane's KPL values move as one vector: with a lane stride of KPL words, scalar accesses would
+     * hit each bank KPL ways. */
+    using FV = std::conditional_t<KPL == 4, float4, float2>;
+    using WV = std::conditional_t<KPL == 4, uint2, uint32_t>;
 #pragma unroll 4
     for (int r = warp; r < cl; r += 4) {
         float *row = Gs + r * GLD;
         float x[KPL];
         if constexpr (sizeof(E) == 2) {
-            const uint32_t *src = reinterpret_cast<const uint32_t *>(reinterpret_cast<const unsigned char *>(row) +
-                                                                     kda_stage16<K, GLD>()) + KPL / 2 * lane;
+            const WV wv = *reinterpret_cast<const WV *>(reinterpret_cast<const unsigned char *>(row) +
+                                                        kda_stage16<K, GLD>() + 2 * d0);
+            const uint32_t *w = reinterpret_cast<const uint32_t *>(&wv);
 #pragma unroll
             for (int j = 0; j < KPL / 2; ++j) {
-                const float2 f = Mma16<E>::unpack(src[j]);
+                const float2 f = Mma16<E>::unpack(w[j]);
                 x[2 * j] = f.x;
                 x[2 * j + 1] = f.y;
             }
         } else {
+            const FV v = *reinterpret_cast<const FV *>(row + d0);
+            const float *vx = reinterpret_cast<const float *>(&v);
 #pragma unroll
             for (int j = 0; j < KPL; ++j)
-                x[j] = row[d0 + j];
+                x[j] = vx[j];
         }
         __syncwarp();
+        FV out;
+        float *y = reinterpret_cast<float *>(&out);
 #pragma unroll
         for (int j = 0; j < KPL; ++j) {
             const float g2 = SAFE ? kda_gate_safe_log2(x[j], dtb[j], kg) : kda_gate_softplus_log2(x[j], dtb[j], kg);
-            row[d0 + j] = g2 < G_FLOOR2 ? G_FLOOR2 : g2;
+            y[j] = g2 < G_FLOOR2 ? G_FLOOR2 : g2;
         }
+        *reinterpret_cast<FV *>(row + d0) = out;
     }
 }
 
@@ -299,12 +312,16 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
             gcv[4] = c1.x, gcv[5] = c1.y, gcv[6] = c1.z, gcv[7] = c1.w;
         }
         unsigned char *img = rec + KR::IMG + (uint32_t)(ch >> 3) * gdn_sm90::BOX_BYTES;
+        /* Lanes 4-7 of each 8 read the second half of their 8 keys first: each 8-lane phase of a
+         * 16-byte load then covers all 32 banks once (in key order, lanes 0 and 4 would meet). */
+        const int sw = (ch >> 2) & 1;
 #pragma unroll 1
         for (int r = r0; r < r1; r += RSTEP) {
             const uint4 qv = *reinterpret_cast<const uint4 *>(Qs + swz<KC>(r, 8 * ch));
             const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + swz<KC>(r, 8 * ch));
-            const float4 g0 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch);
-            const float4 g1 = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4);
+            const float4 ga = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4 * sw);
+            const float4 gb = *reinterpret_cast<const float4 *>(Gs + r * GLD + 8 * ch + 4 - 4 * sw);
+            const float4 g0 = sw ? gb : ga, g1 = sw ? ga : gb;
             const float e[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
             const float fq = p.scale * rq[r], fk = rk[r];
             const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
