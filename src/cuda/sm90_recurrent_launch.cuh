@@ -57,8 +57,8 @@ TmaTile tma_tile(int64_t N, int64_t HV, int64_t V, int64_t T, bool varlen, int m
 
 /* KDA's one-token calls take the register-bounded instance (ten CTAs an SM instead of eight) once
  * their grid of `ctas` is more than three waves at eight: there it keeps more state bytes in flight
- * an SM, while on smaller grids the cap only lengthens each CTA's token loop (one wave: 1.4x the
- * time; two: 1.1x for a bf16 state, whose bounded instance spills; dev/decode/README.md). */
+ * an SM, while on smaller grids the cap only lengthens each CTA's token loop (and the bf16-state
+ * instance spills under it); the measurements behind the boundary are in dev/decode/README.md. */
 inline bool one_token_bounded(int64_t ctas, int sms) { return ctas > 24 * (int64_t)sms; }
 
 /* Programmatic dependent launch (the kernel's launch overlaps the end of the previous kernel in
