@@ -45,11 +45,11 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
-/* Launches a bulk-copy kernel (both fast paths: kernel(prm, rows)) over the problem's row blocks,
- * value heads and sequences, with programmatic stream serialization where tma_use_pdl says so. */
+/* A bulk-copy launch's grid: the problem's row blocks of `tile`, value heads and sequences. */
 inline dim3 tile_grid(const gdn_problem *p, TmaTile tile)
 {
-    return dim3((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV, (unsigned)(p->N < 65535 ? p->N : 65535));
+    return dim3((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV,
+                (unsigned)(p->N < 65535 ? p->N : 65535));
 }
 
 inline gdn_status device_sms(const gdn_problem *p, int *sms)
@@ -58,6 +58,8 @@ inline gdn_status device_sms(const gdn_problem *p, int *sms)
                           "gdn_recurrent_fwd: device attribute");
 }
 
+/* Launches a bulk-copy kernel (both fast paths: kernel(prm, rows)) over tile_grid, with
+ * programmatic stream serialization where tma_use_pdl says so. */
 template <typename Kernel>
 gdn_status launch_tile_kernel(Kernel kernel, const RecurrentParams &prm, const gdn_problem *p, TmaTile tile,
                               size_t smem)

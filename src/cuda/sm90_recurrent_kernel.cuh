@@ -616,13 +616,14 @@ template <int K, typename StateT, bool KDA = false> __host__ __device__ constexp
  * stages the token inputs. Then each warp takes passes of 4 * RPL rows from the tile into
  * registers, runs the chunk's tokens on them and stores results straight to global memory
  * (or back into the tile when more chunks follow). Each pass has its own mbarrier, so the first
- * passes compute while the later rows are still arriving. */
-/* BOUNDED: registers capped for five 128-thread CTAs an SM, ten of the one-token launch's two-warp
- * CTAs (KDA's one-token instance needs more than that cap allows without it). Otherwise no
- * minimum (0): a minimum of one CTA lets ptxas spend up to 255 registers and costs occupancy. */
+ * passes compute while the later rows are still arriving.
+ * BOUNDED caps the registers for five 128-thread CTAs an SM, ten of the one-token launch's two-warp
+ * CTAs (KDA's one-token instance needs more than that cap allows without it). Otherwise there is no
+ * minimum (0): a minimum of one CTA lets ptxas spend up to 255 registers, at the cost of occupancy. */
 template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),
           int TC = TOKEN_CHUNK, bool BOUNDED = false>
-__global__ void __launch_bounds__(128, BOUNDED ? 5 : 0) recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
+__global__ void __launch_bounds__(128, BOUNDED ? 5 : 0)
+    recurrent_fwd_tma_kernel(const RecurrentParams p, int rows_per_cta)
 {
     constexpr int VE = 16 / sizeof(StateT);
     constexpr int NV = K / (LANES_PER_ROW * VE);

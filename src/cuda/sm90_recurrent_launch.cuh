@@ -18,9 +18,9 @@ template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int T
           int TC = TOKEN_CHUNK, bool BOUNDED = false>
 cudaError_t prefer_shared_tma_kernel()
 {
-    static const cudaError_t err = cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC, BOUNDED>,
-                                                        cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                        (int)cudaSharedmemCarveoutMaxShared);
+    static const cudaError_t err =
+        cudaFuncSetAttribute(recurrent_fwd_tma_kernel<K, StateT, InT, RPL, KDA, TILE, TC, BOUNDED>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return err;
 }
 
