@@ -56,6 +56,15 @@ constexpr int TUNE_PREP_HEADS = GDN_CHUNK_DEV_PREP_HEADS;
 constexpr int TUNE_PREP_HEADS = 0;
 #endif
 
+/* A timing probe of kda_prep at more CTAs an SM: Gam laid this many bytes over the end of K, which
+ * shrinks the CTA's shared memory but wrecks the results (and sends every diagonal block to the
+ * tensor cores); for dev/prefill/kda_occupancy_probe.sh only. 0: Gam after K. */
+#ifdef GDN_CHUNK_DEV_KDA_PREP_OVERLAP
+constexpr int TUNE_KDA_PREP_OVERLAP = GDN_CHUNK_DEV_KDA_PREP_OVERLAP;
+#else
+constexpr int TUNE_KDA_PREP_OVERLAP = 0;
+#endif
+
 /* chunk_wg's DUAL CTA (two chains) takes this percentage of a one-chain CTA's time for the same
  * chunks (the launcher's wave rule, dual_fits). */
 #ifdef GDN_CHUNK_DEV_DUAL_COST

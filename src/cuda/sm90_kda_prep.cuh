@@ -46,7 +46,8 @@ template <int K> struct KdaPrepSmem {
     static constexpr int GAM = C * GLD * 4;
     static constexpr int LD = PrepSmem<K>::LD; /* A and T, as chunk_prep's; they alias Q, K and Gam */
     static constexpr int MAT = C * LD * 4;
-    static constexpr int MAIN = 2 * QK + GAM > 2 * MAT ? 2 * QK + GAM : 2 * MAT;
+    static constexpr int GOFF = 2 * QK - TUNE_KDA_PREP_OVERLAP; /* Gam's offset: after Q and K */
+    static constexpr int MAIN = GOFF + GAM > 2 * MAT ? GOFF + GAM : 2 * MAT;
     static constexpr int BYTES = MAIN + 3 * C * 4; /* + beta, rk, rq */
     static constexpr int UNIT = (BYTES + 1023) / 1024 * 1024; /* a unit's region in launch_coop's grid */
 };
@@ -186,7 +187,7 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
     const int64_t hv = it.hv0;
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + C * K;
-    float *Gs = reinterpret_cast<float *>(smem + 2 * L::QK);
+    float *Gs = reinterpret_cast<float *>(smem + L::GOFF);
     float *As = reinterpret_cast<float *>(smem), *Ts = As + C * LD; /* after the products */
     float *bet = reinterpret_cast<float *>(smem + L::MAIN), *rk = bet + C, *rq = rk + C;
     unsigned char *rec = ws_head(p, hv, it.slot, KdaRec<K>::BYTES);
@@ -355,7 +356,8 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
         span = fmaxf(span, __shfl_xor_sync(0xffffffffu, span, off));
-    const bool diag_tc = span <= kda_span_max<T>(); /* false for NaN too: the CUDA-core path */
+    /* false for NaN too: the CUDA-core path */
+    const bool diag_tc = TUNE_KDA_PREP_OVERLAP > 0 || span <= kda_span_max<T>();
     const int anchor = diag_tc ? i0 + 8 : i0, nblk = diag_tc ? warp + 1 : warp;
     float kk[8][4], qk[8][4];
 #pragma unroll
