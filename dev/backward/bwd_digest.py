@@ -66,12 +66,9 @@ def run(name, B, T, H, HV, K, V, cu_list, gate, dtype, seed):
     kw = dict(initial_state=leaves["h0"], output_final_state=True, use_qk_l2norm_in_kernel=True,
               cu_seqlens=cu.cuda() if cu is not None else None)
     if gate:
-        o, ht = libgdn.chunk_gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["a"], leaves["beta"],
-                                              use_gate_in_kernel=True, A_log=leaves["A_log"],
-                                              dt_bias=leaves["dt_bias"], **kw)
-    else:
-        o, ht = libgdn.chunk_gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
-                                              **kw)
+        kw.update(use_gate_in_kernel=True, A_log=leaves["A_log"], dt_bias=leaves["dt_bias"])
+    o, ht = libgdn.chunk_gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["a" if gate else "g"],
+                                          leaves["beta"], **kw)
     torch.autograd.backward([o, ht], [do, dht])
     torch.cuda.synchronize()
     named = [("o", o), ("ht", ht)] + [("d" + n, x.grad) for n, x in leaves.items()]

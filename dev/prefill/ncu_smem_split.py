@@ -8,23 +8,19 @@ Prints the totals, then per barrier interval (SASS order, an interval ends at a 
 the stall samples and instructions and its wavefronts / excess, then the TOP instructions by excess.
 The interval split is by position in the SASS, so a loop's body and its barrier land in one interval.
 """
-import csv
 import sys
+
+from ncu_stalls import num, read_source_csv
 
 
 def main():
     path = sys.argv[1]
     top_n = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-    with open(path) as f:
-        rows = list(csv.reader(f))
-    head, data = rows[1], rows[2:]
+    head, data = read_source_csv(path)
     ix = {n: i for i, n in enumerate(head)}
 
     def val(r, name):
-        try:
-            return float(r[ix[name]].replace(",", ""))
-        except (KeyError, ValueError):
-            return 0.0
+        return num(r[ix[name]]) if name in ix else 0.0
 
     keys = ("# Samples", "Instructions Executed", "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive")
     total = {k: sum(val(r, k) for r in data) for k in keys}

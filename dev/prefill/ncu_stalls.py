@@ -18,7 +18,8 @@ def num(x):
 
 
 def read_source_csv(path):
-    """The header and the SASS lines of ncu's source-page CSV (also dev/backward/sass_mix.py's reader)."""
+    """The header and the SASS lines of ncu's source-page CSV (also the reader of dev/backward/sass_mix.py
+    and ncu_smem_split.py)."""
     with open(path, newline="") as f:
         lines = f.read().splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith('"Address"') or l.startswith("Address"))
