@@ -271,9 +271,11 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
             Gs[r * GLD + d] = acc;
     }
 
-    /* Row norms: two threads per row, half the columns each. */
+    /* Row norms: two threads per row, half the columns each, lanes l and l + 16 of warp w on row 16 w + l:
+     * each 8-lane phase of a 16-byte load then reads 8 rows, whose swizzled chunks cover the 32 banks once
+     * (with the halves of a row in adjacent lanes, both hit the same banks). */
     {
-        const int r = tid >> 1, half = tid & 1;
+        const int r = 16 * warp + (lane & 15), half = lane >> 4;
         float sq = 0.f, sk = 0.f;
 #pragma unroll
         for (int ch = half * KC / 2; ch < (half + 1) * KC / 2; ++ch) {
@@ -287,8 +289,8 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
                 sk += b.x * b.x + b.y * b.y;
             }
         }
-        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+        sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+        sk += __shfl_xor_sync(0xffffffffu, sk, 16);
         if (half == 0) {
             rq[r] = p.l2norm ? 1.f / sqrtf(sq + 1e-6f) : 1.f;
             rk[r] = p.l2norm ? 1.f / sqrtf(sk + 1e-6f) : 1.f;
