@@ -367,7 +367,9 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             kk[i][e] = qk[i][e] = 0.f;
-#pragma unroll 1
+    /* Two key chunks a step: their fragment loads and scalings overlap (139 registers at K = 128,
+     * which kda_prep_kernel's launch bounds leave room for). */
+#pragma unroll 2
     for (int kc = 0; kc < K / 16; ++kc) {
         const int c0 = 16 * kc + 2 * t;
         const float2 ga0 = *reinterpret_cast<const float2 *>(Gs + anchor * GLD + c0);
@@ -473,9 +475,11 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 }
 
 /* One item per CTA; with launch_coop (p.ready) the first items of coop_item's order (the prefix
- * that runs before the cooperative grid), else the items in slot order. */
+ * that runs before the cooperative grid), else the items in slot order. K = 128: shared memory
+ * holds an SM to three CTAs, so registers may grow to 168 a thread; K = 64 (35.6 KB a CTA) keeps
+ * the 128 of four CTAs an SM. */
 template <int K, typename T>
-__global__ void __launch_bounds__(128) kda_prep_kernel(const ChunkParams p)
+__global__ void __launch_bounds__(128, K == 128 ? 3 : 4) kda_prep_kernel(const ChunkParams p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t i = blockIdx.x;
