@@ -481,6 +481,8 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 template <int K, typename T>
 __global__ void __launch_bounds__(128, K == 128 ? 3 : 4) kda_prep_kernel(const ChunkParams p)
 {
+    /* sm_90's 228 KB of shared memory an SM, 1 KB of it reserved a CTA */
+    static_assert(K != 128 || 4 * (KdaPrepSmem<K>::BYTES + 1024) > 228 * 1024, "K = 128: three CTAs an SM by shared memory");
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t i = blockIdx.x;
     kda_prep_chunk<K, T>(p, p.ready ? coop_item(p, i, p.HV) : i, threadIdx.x, smem, 0);
