@@ -477,12 +477,14 @@ __device__ __forceinline__ void kda_prep_chunk(const ChunkParams &p, int64_t ite
 /* One item per CTA; with launch_coop (p.ready) the first items of coop_item's order (the prefix
  * that runs before the cooperative grid), else the items in slot order. K = 128: shared memory
  * holds an SM to three CTAs, so registers may grow to 168 a thread; K = 64 (35.6 KB a CTA) keeps
- * the 128 of four CTAs an SM. */
+ * the 128 of four CTAs an SM, as does the occupancy probe. */
 template <int K, typename T>
-__global__ void __launch_bounds__(128, K == 128 ? 3 : 4) kda_prep_kernel(const ChunkParams p)
+__global__ void __launch_bounds__(128, K == 128 && TUNE_KDA_PREP_OVERLAP == 0 ? 3 : 4) kda_prep_kernel(const ChunkParams p)
 {
-    /* sm_90's 228 KB of shared memory an SM, 1 KB of it reserved a CTA */
-    static_assert(K != 128 || 4 * (KdaPrepSmem<K>::BYTES + 1024) > 228 * 1024, "K = 128: three CTAs an SM by shared memory");
+    /* sm_90's 228 KB of shared memory an SM, 1 KB of it reserved a CTA (the occupancy probe,
+     * TUNE_KDA_PREP_OVERLAP, runs four) */
+    static_assert(K != 128 || TUNE_KDA_PREP_OVERLAP > 0 || 4 * (KdaPrepSmem<K>::BYTES + 1024) > 228 * 1024,
+                  "K = 128: three CTAs an SM by shared memory");
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t i = blockIdx.x;
     kda_prep_chunk<K, T>(p, p.ready ? coop_item(p, i, p.HV) : i, threadIdx.x, smem, 0);
