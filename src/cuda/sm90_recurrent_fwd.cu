@@ -27,8 +27,17 @@ bool state_view_vec(const gdn_view &v, int64_t ve)
                        v.s[3] % ve == 0);
 }
 
-/* The generic path: state rows element by element, straight to registers. */
-template <int K, typename StateT, typename InT, bool VEC, bool KDA>
+/* A KV state view (value index contiguous) whose rows can be moved rpl at a time: vectors of rpl
+ * elements, aligned to their size. */
+template <typename StateT> bool state_view_rowvec(const gdn_view &v, int64_t rpl)
+{
+    return !v.data || ((uintptr_t)v.data % (rpl * sizeof(StateT)) == 0 && v.s[3] == 1 && v.s[0] % rpl == 0 &&
+                       v.s[1] % rpl == 0 && v.s[2] % rpl == 0);
+}
+
+/* The generic path: state rows element by element (ROWVEC: KV rows RPL at a time), straight to
+ * registers. */
+template <int K, typename StateT, typename InT, bool VEC, bool KDA, bool ROWVEC = false>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
@@ -41,7 +50,7 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
         warps = (int)warps_per_head;
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
                     (unsigned)(p->N < 65535 ? p->N : 65535));
-    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC, KDA><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC, KDA, ROWVEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
@@ -191,8 +200,16 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
     constexpr int VE = 16 / sizeof(StateT);
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
-    if (!vec)
+    if (!vec) {
+        /* KV layout (FLA's and transformers' default): the initial and final states in row vectors */
+        constexpr int RPL = default_rows_per_lane<K, StateT>();
+        if constexpr (RPL >= 2) {
+            if (p->V % RPL == 0 && state_view_rowvec<StateT>(p->state_in, RPL) &&
+                state_view_rowvec<StateT>(p->final_state, RPL))
+                return launch_generic<K, StateT, InT, false, KDA, true>(prm, p);
+        }
         return launch_generic<K, StateT, InT, false, KDA>(prm, p);
+    }
     if constexpr (K <= 128) {
         if (use_mma_path(prm, p))
             return launch_mma<K, StateT, InT, KDA>(prm, p);
