@@ -35,17 +35,26 @@ template <typename StateT> bool state_view_rowvec(const gdn_view &v, int64_t rpl
                        v.s[1] % rpl == 0 && v.s[2] % rpl == 0);
 }
 
+/* Rows per lane of the generic kernel: the row-vector mode's vectors are this many rows wide. */
+template <int K, typename StateT, bool ROWVEC> constexpr int generic_rows_per_lane()
+{
+    return default_rows_per_lane<K, StateT>();
+}
+
+/* Warps per CTA of the generic kernel at large batches. */
+template <bool ROWVEC> constexpr int generic_warps() { return 4; }
+
 /* The generic path: state rows element by element (ROWVEC: KV rows RPL at a time), straight to
  * registers. */
 template <int K, typename StateT, typename InT, bool VEC, bool KDA, bool ROWVEC = false>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
-    constexpr int RPL = default_rows_per_lane<K, StateT>();
+    constexpr int RPL = generic_rows_per_lane<K, StateT, ROWVEC>();
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    /* One-warp CTAs spread small batches over every SM; at large batches 4-warp CTAs stage each
-     * token's inputs once for 4 warps. */
+    /* One-warp CTAs spread small batches over every SM; at large batches multi-warp CTAs stage each
+     * token's inputs once for all their warps. */
     const int64_t warps_per_head = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
-    int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
+    int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : generic_warps<ROWVEC>();
     if (warps > warps_per_head)
         warps = (int)warps_per_head;
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
@@ -202,7 +211,7 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
                      state_view_vec(p->step_states, VE);
     if (!vec) {
         /* KV layout (FLA's and transformers' default): the initial and final states in row vectors */
-        constexpr int RPL = default_rows_per_lane<K, StateT>();
+        constexpr int RPL = generic_rows_per_lane<K, StateT, true>();
         if constexpr (RPL >= 2) {
             if (p->V % RPL == 0 && state_view_rowvec<StateT>(p->state_in, RPL) &&
                 state_view_rowvec<StateT>(p->final_state, RPL))
