@@ -3,7 +3,7 @@ libgdn's and FLA's fused_recurrent_gated_delta_rule called as transformers' Qwen
 (q, k, v, g, beta of one token; f32 initial_state from the cache; output_final_state=True; q/k
 l2 norm in-kernel), and for fused_recurrent_kda called as FLA's KDA layer calls it.
 
-    PYTHONPATH=python:.peers/fla GDN_LIBRARY=build/libgdn.so python3 dev/decode/host_time.py [B ...]
+    PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so python3 dev/decode/host_time.py [B ...]
 
 Per batch size B (default 1 8 64), H=16, HV=32, K=V=128:
   host us    perf_counter per call over 200 calls without a sync (the rate the host queues work)
@@ -16,35 +16,19 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 import libgdn
+from layout_time import H, HV, K, call  # inputs as transformers passes them (KV state)
 
-H, HV, K, V = 16, 32, 128, 128
 BS = [int(x) for x in sys.argv[1:]] or [1, 8, 64]
 
 
-def inputs(B, kda=False):
-    dev = "cuda"
-    q = torch.randn(B, 1, H, K, device=dev).bfloat16()
-    k = torch.randn(B, 1, H, K, device=dev).bfloat16()
-    v = torch.randn(B, 1, HV, V, device=dev).bfloat16()
-    g = F.logsigmoid(torch.randn(B, 1, HV, K, device=dev) if kda else torch.randn(B, 1, HV, device=dev))
-    beta = torch.rand(B, 1, HV, device=dev).bfloat16()
-    h0 = torch.randn(B, HV, K, V, device=dev) * 0.1
-    return q, k, v, g, beta, h0
-
-
 def gdn_call(f, B):
-    q, k, v, g, beta, h0 = inputs(B)
-    return lambda: f(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
-                     use_qk_l2norm_in_kernel=True)
+    return call(f, B, False, False)
 
 
 def kda_call(f, B):
-    q, k, v, g, beta, h0 = inputs(B, kda=True)
-    return lambda: f(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
-                     use_qk_l2norm_in_kernel=True)
+    return call(f, B, True, False)
 
 
 def host_us(fn, n=200):

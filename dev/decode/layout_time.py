@@ -4,7 +4,10 @@ H=16, HV=32, K=V=128, q/k l2 norm in-kernel, initial state in, final state out (
 transformers' Qwen3-Next decodes. "copy" is a device copy of the state bytes (read + write once),
 the floor of a one-token step.
 
-    PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so python3 dev/decode/layout_time.py [B ...]
+    PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so \
+        python3 dev/decode/layout_time.py [B ...] [KV|VK] [libgdn]
+
+KV or VK: that layout only; libgdn: no FLA (an A/B of builds, one process each).
 """
 import sys
 
@@ -15,15 +18,6 @@ import libgdn
 from fla_prefill import time_ms
 
 H, HV, K, V = 16, 32, 128, 128
-BS = [int(x) for x in sys.argv[1:]] or [1, 8, 64, 128, 256]
-peers = [("libgdn", libgdn.fused_recurrent_gated_delta_rule, libgdn.fused_recurrent_kda)]
-try:
-    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_gdn
-    from fla.ops.kda import fused_recurrent_kda as fla_kda
-    peers.append(("FLA", fla_gdn, fla_kda))
-except ImportError as e:
-    print("FLA not importable:", e)
-
 
 def call(f, B, kda, v_first):
     dev = "cuda"
@@ -39,15 +33,34 @@ def call(f, B, kda, v_first):
                      use_qk_l2norm_in_kernel=True, state_v_first=v_first)
 
 
-print(f"H{H} HV{HV} K=V={K}, T=1, f32 state, graph replay, us; {torch.cuda.get_device_name()}")
-print(f"{'B':>4s} {'op':4s} {'layout':6s} " + " ".join(f"{n:>8s}" for n, _, _ in peers) + "     copy  FLA/ours  copy/ours")
-for B in BS:
-    src = torch.randn(B, HV, K, V, device="cuda")
-    dst = torch.empty_like(src)
-    copy = time_ms(lambda: dst.copy_(src))[1] * 1e3
-    for op in ("gdn", "kda"):
-        for v_first in (False, True):
-            ts = [time_ms(call(fg if op == "gdn" else fk, B, op == "kda", v_first))[1] * 1e3 for _, fg, fk in peers]
-            ratio = f"{ts[1] / ts[0]:8.2f}" if len(ts) > 1 else "       -"
-            print(f"{B:4d} {op:4s} {'VK' if v_first else 'KV':6s} " + " ".join(f"{t:8.1f}" for t in ts) +
-                  f" {copy:8.1f}  {ratio}  {copy / ts[0]:9.2f}", flush=True)
+def main():
+    BS = [int(x) for x in sys.argv[1:] if x.isdigit()] or [1, 8, 64, 128, 256]
+    LAYOUTS = [lay == "VK" for lay in ("KV", "VK") if lay in sys.argv[1:]] or [False, True]
+    peers = [("libgdn", libgdn.fused_recurrent_gated_delta_rule, libgdn.fused_recurrent_kda)]
+    try:
+        if "libgdn" in sys.argv[1:]:
+            raise ImportError("libgdn only (asked)")
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_gdn
+        from fla.ops.kda import fused_recurrent_kda as fla_kda
+        peers.append(("FLA", fla_gdn, fla_kda))
+    except ImportError as e:
+        print("FLA not importable:", e)
+
+    print(f"H{H} HV{HV} K=V={K}, T=1, f32 state, graph replay, us; {torch.cuda.get_device_name()}")
+    print(f"{'B':>4s} {'op':4s} {'layout':6s} " + " ".join(f"{n:>8s}" for n, _, _ in peers) +
+          "     copy  FLA/ours  copy/ours")
+    for B in BS:
+        src = torch.randn(B, HV, K, V, device="cuda")
+        dst = torch.empty_like(src)
+        copy = time_ms(lambda: dst.copy_(src))[1] * 1e3
+        for op in ("gdn", "kda"):
+            for v_first in LAYOUTS:
+                ts = [time_ms(call(fg if op == "gdn" else fk, B, op == "kda", v_first))[1] * 1e3
+                      for _, fg, fk in peers]
+                ratio = f"{ts[1] / ts[0]:8.2f}" if len(ts) > 1 else "       -"
+                print(f"{B:4d} {op:4s} {'VK' if v_first else 'KV':6s} " + " ".join(f"{t:8.1f}" for t in ts) +
+                      f" {copy:8.1f}  {ratio}  {copy / ts[0]:9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
