@@ -11,6 +11,7 @@
  * (the per-key decays staged in shared memory; sm90_recurrent_kernel.cuh, sm90_recurrent_mma.cuh).
  */
 #include "cuda_common.cuh"
+#include "sm90_recurrent_kv.cuh"
 #include "sm90_recurrent_launch.cuh"
 
 namespace {
@@ -33,6 +34,19 @@ template <typename StateT> bool state_view_rowvec(const gdn_view &v, int64_t rpl
 {
     return !v.data || ((uintptr_t)v.data % (rpl * sizeof(StateT)) == 0 && v.s[3] == 1 && v.s[0] % rpl == 0 &&
                        v.s[1] % rpl == 0 && v.s[2] % rpl == 0);
+}
+
+/* A state view with the value index contiguous (KV layout; any other strides). */
+inline bool state_view_kv(const gdn_view &v) { return !v.data || v.s[3] == 1; }
+
+/* KV states on the kernel laid out for them: 32 value columns a CTA, a warp per 32 keys. */
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_kv(const RecurrentParams &prm, const gdn_problem *p)
+{
+    const dim3 grid((unsigned)((p->V + KV_COLS - 1) / KV_COLS), (unsigned)p->HV,
+                    (unsigned)(p->N < 65535 ? p->N : 65535));
+    recurrent_fwd_kv_kernel<K, StateT, InT, KDA><<<grid, K, 0, (cudaStream_t)p->stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
 /* Rows per lane of the generic kernel: the row-vector mode's vectors are this many rows wide. */
@@ -210,6 +224,10 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
     if (!vec) {
+        if constexpr (KV_NATIVE && K % 32 == 0 && K <= 256) {
+            if (state_view_kv(p->state_in) && state_view_kv(p->final_state) && state_view_kv(p->step_states))
+                return launch_kv<K, StateT, InT, KDA>(prm, p);
+        }
         /* KV layout (FLA's and transformers' default): the initial and final states in row vectors */
         constexpr int RPL = generic_rows_per_lane<K, StateT, true>();
         if constexpr (RPL >= 2) {
