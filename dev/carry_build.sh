@@ -25,7 +25,7 @@ variant)
     grep -rlI --null "$M" "$B" | xargs -0 sed -i "s#$M#$B#g"
     old="$(date -d '-1 day' '+%Y-%m-%d %H:%M')"
     find "$B" -type f ! -name '*.o' ! -name '*.a' ! -name '*.so*' ! -perm -u+x -print0 | xargs -0 touch -h -d "$old"
-    (cd "$WT" && git ls-files -z | xargs -0 touch -h -d "$old" && git diff --name-only main -- | xargs -r touch)
+    (cd "$WT" && git ls-files -z | xargs -0 touch -h -d "$old" && git diff --name-only main -- | xargs -r touch -c)
     cmake --build "$B" -j2 >"$B.log" 2>&1 || { tail -20 "$B.log"; exit 1; }
     grep -E "Building" "$B.log" || true
     ;;
