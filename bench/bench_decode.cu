@@ -2,7 +2,7 @@
  * bench_decode.cu - decode / multi-token verify benchmark of gdn_recurrent_fwd on CUDA.
  *
  * Shape of the issue: H = 16, HV = 32, K = V = 128, bf16 q/k/v, q/k l2 norm in-kernel, gating from
- * raw a / b / A_log / dt_bias in-kernel, a state pool [B, HV, V, K] (VK) updated in place through
+ * raw a / b / A_log / dt_bias in-kernel, a state pool [B, HV, V, K] (VK; --kv: KV) updated in place through
  * 1-D state_indices, as serving engines call it. For state f32 and bf16, T in {1, 2, 4, 8},
  * B in {1, 8, 32, 64, 128, 256, 512}:
  *   - time per call under CUDA graph replay, hot (one buffer set: small states sit in L2) and
@@ -15,6 +15,7 @@
  *
  * --kda: KDA gates instead (a [B, T, HV, K] and dt_bias [HV, K], softplus gate in-kernel), for
  * bench/fla_decode.py --kda (FLA's fused_recurrent_kda).
+ * --kv: the pool in the KV layout [B, HV, K, V] (FLA's and transformers'), for bench/fla_decode.py --kv.
  * Output: a human table on stdout, and with --tsv FILE one line per measurement
  * (state T B hot_us cold_us bytes) for bench/fla_decode.py to merge with FLA's numbers.
  * --T LIST and --B LIST (comma-separated) time only those token counts and batches.
@@ -35,14 +36,16 @@ int main(int argc, char **argv)
             Bs = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--kda"))
             g_kind = GDN_GATE_KDA;
+        else if (!strcmp(argv[i], "--kv"))
+            g_layout = GDN_STATE_KV;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     size_t l2 = (size_t)prop.l2CacheSize;
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    printf("device: %s, %d SMs, L2 %.0f MB; %s gates\n", prop.name, prop.multiProcessorCount, l2 / 1e6,
-           g_kind == GDN_GATE_KDA ? "KDA" : "GDN");
+    printf("device: %s, %d SMs, L2 %.0f MB; %s gates, %s pool\n", prop.name, prop.multiProcessorCount, l2 / 1e6,
+           g_kind == GDN_GATE_KDA ? "KDA" : "GDN", g_layout == GDN_STATE_KV ? "KV" : "VK");
 
     double copy = copy_gbps(stream, false), copy_graph = copy_gbps(stream, true);
     printf("copy ceiling: 1 GiB D2D %.0f GB/s with events (the reference), %.0f GB/s under graph replay\n", copy,
@@ -59,8 +62,8 @@ int main(int argc, char **argv)
 
     FILE *tsv = tsv_path ? fopen(tsv_path, "w") : NULL;
     if (tsv)
-        fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f gate %s\nstate\tT\tB\thot_us\tcold_us\tbytes\n", copy,
-                copy_graph, g_kind == GDN_GATE_KDA ? "kda" : "gdn");
+        fprintf(tsv, "# copy_gbps %.1f copy_graph_gbps %.1f gate %s layout %s\nstate\tT\tB\thot_us\tcold_us\tbytes\n",
+                copy, copy_graph, g_kind == GDN_GATE_KDA ? "kda" : "gdn", g_layout == GDN_STATE_KV ? "kv" : "vk");
     printf("\n%-5s %2s %4s %10s %10s %9s %7s\n", "state", "T", "B", "hot us", "cold us", "cold GB/s", "% copy");
     for (gdn_dtype sd : {GDN_DTYPE_F32, GDN_DTYPE_BF16}) {
         for (int64_t T : Ts) {

@@ -36,6 +36,10 @@ static gdn_gate_kind g_kind = GDN_GATE_GDN;
 
 static int64_t gate_width() { return g_kind == GDN_GATE_KDA ? K : 1; }
 
+/* The pool's layout (bench_decode --kv: KV, FLA's and transformers' [P, HV, K, V]; default VK,
+ * vLLM's [P, HV, V, K]). */
+static gdn_state_layout g_layout = GDN_STATE_VK;
+
 /* ------------------------------------------------------------------------------------------ */
 /* Random device fills (a hash of the index: no generator state, any size)                     */
 
@@ -140,7 +144,7 @@ static gdn_recurrent_fwd_args make_args(const Set &s, gdn_device_type dev, void 
     int64_t qs[4] = {s.B, s.T, H, K}, vs[4] = {s.B, s.T, HV, V}, gs[3] = {s.B, s.T, HV}, hs[1] = {HV};
     int64_t as[4] = {s.B, s.T, HV, K}, dts[2] = {HV, K};
     const bool kda = g_kind == GDN_GATE_KDA;
-    int64_t ps[4] = {s.B, HV, V, K}, is[1] = {s.B};
+    int64_t ps[4] = {s.B, HV, g_layout == GDN_STATE_KV ? K : V, g_layout == GDN_STATE_KV ? V : K}, is[1] = {s.B};
     x.q = gdn_tensor_make(q, GDN_DTYPE_BF16, dev, 0, 4, qs);
     x.k = gdn_tensor_make(k, GDN_DTYPE_BF16, dev, 0, 4, qs);
     x.v = gdn_tensor_make(v, GDN_DTYPE_BF16, dev, 0, 4, vs);
@@ -153,7 +157,7 @@ static gdn_recurrent_fwd_args make_args(const Set &s, gdn_device_type dev, void 
     x.gate.beta = gdn_tensor_make(b, GDN_DTYPE_F32, dev, 0, 3, gs);
     x.gate.beta_from_logits = 1;
     x.use_qk_l2norm = 1;
-    x.state_layout = GDN_STATE_VK;
+    x.state_layout = g_layout;
     x.state = gdn_tensor_make(pool, s.sd, dev, 0, 4, ps);
     x.state_indices = gdn_tensor_make(idx, GDN_DTYPE_I32, dev, 0, 1, is);
     x.inplace_state = 1;

@@ -1,7 +1,7 @@
 """fla_decode.py - FLA's fused_recurrent_gated_delta_rule (with --kda: fused_recurrent_kda) on the
 decode benchmark's shapes, and the merged table.
 
-Times FLA (state_v_first=True, q/k l2 norm, gating and beta sigmoid in-kernel, f32 state: FLA's
+Times FLA (state_v_first=True unless --kv, q/k l2 norm, gating and beta sigmoid in-kernel, f32 state: FLA's
 public API always writes an f32 final state) under CUDA graph replay, hot (one buffer set) and
 cold (rotating sets larger than 3x L2), for T in {1, 2, 4, 8} and B in {1, 8, ..., 512}, exactly as
 bench/bench_decode.cu times libgdn. With --ours FILE (bench_decode's --tsv output) it prints the
@@ -13,6 +13,9 @@ the copy ceiling, and the issue's targets with their measured figures.
 
 --kda: KDA gates, raw a [B, T, HV, K] and dt_bias [HV * K] with the softplus gate in-kernel, on
 both sides; the targets printed are KDA's (issue 16).
+
+--kv: the states in the KV layout [B, HV, K, V] (FLA's default; state_v_first=False), as
+bench_decode --kv times libgdn.
 
 --T LIST and --B LIST (comma-separated) time only those shapes (the merged table and targets need
 the full default lists).
@@ -29,6 +32,7 @@ TS = [1, 2, 4, 8]
 
 
 KDA = False  # --kda
+V_FIRST = True  # False with --kv
 
 
 def gate_width():
@@ -53,14 +57,15 @@ def make_set(B, T, seed):
         b=0.6 * torch.randn(B, T, HV, device=dev, generator=g),
         A_log=0.3 * torch.randn(HV, device=dev, generator=g),
         dt_bias=0.3 * torch.randn(HV * gate_width(), device=dev, generator=g),
-        h0=0.05 * torch.randn(B, HV, V, K, device=dev, generator=g),
+        h0=0.05 * torch.randn(B, HV, V, K, device=dev, generator=g) if V_FIRST else
+        0.05 * torch.randn(B, HV, K, V, device=dev, generator=g),
     )
 
 
 def fla_call(fn, s):
     return fn(s["q"], s["k"], s["v"], g=s["a"], beta=s["b"], initial_state=s["h0"], output_final_state=True,
               use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=s["A_log"], dt_bias=s["dt_bias"],
-              use_beta_sigmoid_in_kernel=True, state_v_first=True)
+              use_beta_sigmoid_in_kernel=True, state_v_first=V_FIRST)
 
 
 def time_graph(launch, n, reps=7):
@@ -136,9 +141,11 @@ def main():
     ap.add_argument("--T", help="token counts to time, e.g. 1,2,4,8 (default: all)")
     ap.add_argument("--B", help="batches to time, e.g. 64,256 (default: all)")
     ap.add_argument("--kda", action="store_true", help="KDA gates: FLA's fused_recurrent_kda")
+    ap.add_argument("--kv", action="store_true", help="KV states [B, HV, K, V] (state_v_first=False)")
     args = ap.parse_args()
-    global KDA
+    global KDA, V_FIRST
     KDA = args.kda
+    V_FIRST = not args.kv
     ts = [int(x) for x in args.T.split(",")] if args.T else TS
     bs = [int(x) for x in args.B.split(",")] if args.B else BS
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -13,7 +13,8 @@
 #   options (env): DECODE_VARIANTS=1 also runs the tile sweeps (decode_sweeps --variants);
 #   DECODE_SKIP_TESTS=1 benchmarks only; DECODE_NO_BENCH=1 stops after the tests;
 #   DECODE_KDA=1 benchmarks KDA gates (bench_decode --kda against FLA's fused_recurrent_kda,
-#   results in decode-kda-results.txt with issue 16's targets);
+#   results in decode-kda-results.txt with issue 16's targets); DECODE_KV=1 keeps the pool in the KV
+#   layout on both sides (bench_decode --kv, fla_decode.py --kv; results decode[-kda]-kv-results.txt);
 #   DECODE_COMMIT names the commit in the results (the device copy of the tree has no git);
 #   DECODE_PREBUILT=1 skips the build and runs $BUILD/tests/test_cuda_recurrent and
 #   $BUILD/bench_decode as carried (built here: the device's own build costs device time).
@@ -22,11 +23,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/decode-out}
 BUILD=${BUILD:-build-decode-dev}
 mkdir -p "$OUT" "$BUILD"
-KDA_ARG=()
+BENCH_ARGS=()
 RESULTS=decode-results.txt
 if [ "${DECODE_KDA:-0}" = 1 ]; then
-    KDA_ARG=(--kda)
+    BENCH_ARGS=(--kda)
     RESULTS=decode-kda-results.txt
+fi
+if [ "${DECODE_KV:-0}" = 1 ]; then
+    BENCH_ARGS+=(--kv)
+    RESULTS=${RESULTS%-results.txt}-kv-results.txt
 fi
 export PYTHONPATH=.peers/fla${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
@@ -74,7 +79,7 @@ if [ "${DECODE_NO_BENCH:-0}" = 1 ]; then
 fi
 
 step "bench (libgdn)"
-"$BENCH" "${KDA_ARG[@]}" --tsv "$OUT/decode_ours.tsv" 2>&1 | tee "$OUT/bench_ours.log"
+"$BENCH" "${BENCH_ARGS[@]}" --tsv "$OUT/decode_ours.tsv" 2>&1 | tee "$OUT/bench_ours.log"
 bench_rc=${PIPESTATUS[0]}
 if [ "${DECODE_VARIANTS:-0}" = 1 ]; then
     step "tile sweeps (dev/decode/decode_sweeps --variants)"
@@ -87,12 +92,12 @@ step "bench (FLA) and merged table"
     echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
     echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "# commit: ${DECODE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "# command: bash scripts/device_decode.sh (DECODE_VARIANTS=${DECODE_VARIANTS:-0} DECODE_KDA=${DECODE_KDA:-0})"
+    echo "# command: bash scripts/device_decode.sh (DECODE_VARIANTS=${DECODE_VARIANTS:-0} DECODE_KDA=${DECODE_KDA:-0} DECODE_KV=${DECODE_KV:-0})"
     echo "# tests: rc=$tests_rc ($(tail -1 "$OUT/tests.log" 2>/dev/null)); memcheck: rc=$san_rc ($(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log" 2>/dev/null))"
     echo "# shape: H=16 HV=32 K=V=128, bf16 q/k/v, q/k l2 norm and gating in-kernel, VK state pool updated in place"
     echo "# gates: $([ "${DECODE_KDA:-0}" = 1 ] && echo "KDA (a [B, T, HV, K], dt_bias [HV, K]; FLA: fused_recurrent_kda)" || echo GDN)"
     grep -E "^copy ceiling|^check" "$OUT/bench_ours.log"
-    python3 bench/fla_decode.py "${KDA_ARG[@]}" --ours "$OUT/decode_ours.tsv" --tsv "$OUT/decode_fla.tsv" 2> "$OUT/fla.err" | grep -v "^fla f32"
+    python3 bench/fla_decode.py "${BENCH_ARGS[@]}" --ours "$OUT/decode_ours.tsv" --tsv "$OUT/decode_fla.tsv" 2> "$OUT/fla.err" | grep -v "^fla f32"
     grep -A14 "^variants" "$OUT/bench_ours.log"
 } > "$OUT/$RESULTS"
 tail -n 80 "$OUT/fla.err"
