@@ -39,36 +39,17 @@ template <typename StateT> bool state_view_rowvec(const gdn_view &v, int64_t rpl
 /* A state view with the value index contiguous (KV layout; any other strides). */
 inline bool state_view_kv(const gdn_view &v) { return !v.data || v.s[3] == 1; }
 
-/* KV states on the kernel laid out for them: 32 value columns a CTA, a warp per 32 keys. */
-template <int K, typename StateT, typename InT, bool KDA>
-gdn_status launch_kv(const RecurrentParams &prm, const gdn_problem *p)
-{
-    const dim3 grid((unsigned)((p->V + KV_COLS - 1) / KV_COLS), (unsigned)p->HV,
-                    (unsigned)(p->N < 65535 ? p->N : 65535));
-    recurrent_fwd_kv_kernel<K, StateT, InT, KDA><<<grid, K, 0, (cudaStream_t)p->stream>>>(prm);
-    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
-}
-
-/* Rows per lane of the generic kernel: the row-vector mode's vectors are this many rows wide. */
-template <int K, typename StateT, bool ROWVEC> constexpr int generic_rows_per_lane()
-{
-    return default_rows_per_lane<K, StateT>();
-}
-
-/* Warps per CTA of the generic kernel at large batches. */
-template <bool ROWVEC> constexpr int generic_warps() { return 4; }
-
 /* The generic path: state rows element by element (ROWVEC: KV rows RPL at a time), straight to
  * registers. */
 template <int K, typename StateT, typename InT, bool VEC, bool KDA, bool ROWVEC = false>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
-    constexpr int RPL = generic_rows_per_lane<K, StateT, ROWVEC>();
+    constexpr int RPL = default_rows_per_lane<K, StateT>();
     constexpr int ROWS_PER_WARP = 4 * RPL;
-    /* One-warp CTAs spread small batches over every SM; at large batches multi-warp CTAs stage each
-     * token's inputs once for all their warps. */
+    /* One-warp CTAs spread small batches over every SM; at large batches 4-warp CTAs stage each
+     * token's inputs once for 4 warps. */
     const int64_t warps_per_head = (p->V + ROWS_PER_WARP - 1) / ROWS_PER_WARP;
-    int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : generic_warps<ROWVEC>();
+    int warps = p->N * p->HV * warps_per_head < 4096 ? 1 : 4;
     if (warps > warps_per_head)
         warps = (int)warps_per_head;
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
@@ -77,7 +58,8 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
-/* A bulk-copy launch's grid: the problem's row blocks of `tile`, value heads and sequences. */
+/* A launch's grid: the problem's row blocks of `tile` (bulk-copy tiles; the KV kernel's columns),
+ * value heads and sequences. */
 inline dim3 tile_grid(const gdn_problem *p, TmaTile tile)
 {
     return dim3((unsigned)((p->V + tile.rows - 1) / tile.rows), (unsigned)p->HV,
@@ -88,6 +70,15 @@ inline gdn_status device_sms(const gdn_problem *p, int *sms)
 {
     return gdn_cuda_check(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, p->device_ordinal),
                           "gdn_recurrent_fwd: device attribute");
+}
+
+/* KV states on the kernel laid out for them: 32 value columns a CTA, a warp per 32 keys. */
+template <int K, typename StateT, typename InT, bool KDA>
+gdn_status launch_kv(const RecurrentParams &prm, const gdn_problem *p)
+{
+    recurrent_fwd_kv_kernel<K, StateT, InT, KDA>
+        <<<tile_grid(p, TmaTile{KV_COLS, K / 32}), K, 0, (cudaStream_t)p->stream>>>(prm);
+    return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
 /* Launches a bulk-copy kernel (both fast paths: kernel(prm, rows)) over tile_grid, with
@@ -229,7 +220,7 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
                 return launch_kv<K, StateT, InT, KDA>(prm, p);
         }
         /* KV layout (FLA's and transformers' default): the initial and final states in row vectors */
-        constexpr int RPL = generic_rows_per_lane<K, StateT, true>();
+        constexpr int RPL = default_rows_per_lane<K, StateT>();
         if constexpr (RPL >= 2) {
             if (p->V % RPL == 0 && state_view_rowvec<StateT>(p->state_in, RPL) &&
                 state_view_rowvec<StateT>(p->final_state, RPL))
