@@ -5,9 +5,10 @@ transformers' Qwen3-Next decodes. "copy" is a device copy of the state bytes (re
 the floor of a one-token step.
 
     PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so \
-        python3 dev/decode/layout_time.py [B ...] [KV|VK] [libgdn]
+        python3 dev/decode/layout_time.py [B ...] [KV|VK] [libgdn] [T=n]
 
-KV or VK: that layout only; libgdn: no FLA (an A/B of builds, one process each).
+KV or VK: that layout only; libgdn: no FLA (an A/B of builds, one process each); T=n: n tokens a
+sequence (a verify step; 1 by default).
 """
 import sys
 
@@ -19,13 +20,13 @@ from fla_prefill import time_ms
 
 H, HV, K, V = 16, 32, 128, 128
 
-def call(f, B, kda, v_first):
+def call(f, B, kda, v_first, T):
     dev = "cuda"
-    q = torch.randn(B, 1, H, K, device=dev).bfloat16()
-    k = torch.randn(B, 1, H, K, device=dev).bfloat16()
-    v = torch.randn(B, 1, HV, V, device=dev).bfloat16()
-    g = F.logsigmoid(torch.randn(B, 1, HV, K, device=dev) if kda else torch.randn(B, 1, HV, device=dev))
-    beta = torch.rand(B, 1, HV, device=dev).bfloat16()
+    q = torch.randn(B, T, H, K, device=dev).bfloat16()
+    k = torch.randn(B, T, H, K, device=dev).bfloat16()
+    v = torch.randn(B, T, HV, V, device=dev).bfloat16()
+    g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev) if kda else torch.randn(B, T, HV, device=dev))
+    beta = torch.rand(B, T, HV, device=dev).bfloat16()
     h0 = torch.randn(B, HV, K, V, device=dev) * 0.1
     if v_first:
         h0 = h0.transpose(-1, -2).contiguous()
@@ -35,6 +36,7 @@ def call(f, B, kda, v_first):
 
 def main():
     BS = [int(x) for x in sys.argv[1:] if x.isdigit()] or [1, 8, 64, 128, 256]
+    T = int(next((a[2:] for a in sys.argv[1:] if a.startswith("T=")), 1))
     LAYOUTS = [lay == "VK" for lay in ("KV", "VK") if lay in sys.argv[1:]] or [False, True]
     peers = [("libgdn", libgdn.fused_recurrent_gated_delta_rule, libgdn.fused_recurrent_kda)]
     try:
@@ -46,7 +48,7 @@ def main():
     except ImportError as e:
         print("FLA not importable:", e)
 
-    print(f"H{H} HV{HV} K=V={K}, T=1, f32 state, graph replay, us; {torch.cuda.get_device_name()}")
+    print(f"H{H} HV{HV} K=V={K}, T={T}, f32 state, graph replay, us; {torch.cuda.get_device_name()}")
     print(f"{'B':>4s} {'op':4s} {'layout':6s} " + " ".join(f"{n:>8s}" for n, _, _ in peers) +
           "     copy  FLA/ours  copy/ours")
     for B in BS:
@@ -55,7 +57,7 @@ def main():
         copy = time_ms(lambda: dst.copy_(src))[1] * 1e3
         for op in ("gdn", "kda"):
             for v_first in LAYOUTS:
-                ts = [time_ms(call(fg if op == "gdn" else fk, B, op == "kda", v_first))[1] * 1e3
+                ts = [time_ms(call(fg if op == "gdn" else fk, B, op == "kda", v_first, T))[1] * 1e3
                       for _, fg, fk in peers]
                 ratio = f"{ts[1] / ts[0]:8.2f}" if len(ts) > 1 else "       -"
                 print(f"{B:4d} {op:4s} {'VK' if v_first else 'KV':6s} " + " ".join(f"{t:8.1f}" for t in ts) +
