@@ -456,7 +456,7 @@ static void pool_decode_cases(gdn_gate_kind kind, uint64_t seed)
         s.label = (const char *[]){"pool T=1 VK f32",       "pool T=1 VK bf16",      "pool T=1 KV f32",
                                    "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2",
                                    "pool T=8 VK f32 (tensor cores)", "pool T=9 VK bf16 null_slot_zero (tensor cores)",
-                                   "pool T=1 KV bf16, odd slot padding (element-wise)"}[v];
+                                   "pool T=1 KV bf16, odd slot padding"}[v];
         s.N = 5;
         s.T = v == 4 ? 3 : v == 5 ? 2 : v == 6 ? 8 : v == 7 ? 9 : 1;
         s.P = 9;
@@ -471,7 +471,7 @@ static void pool_decode_cases(gdn_gate_kind kind, uint64_t seed)
         s.with_steps = v == 4 || v == 5;
         s.layout = v == 2 || v == 8 ? GDN_STATE_KV : GDN_STATE_VK;
         s.state_dtype = v == 1 || v == 7 || v == 8 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-        /* 6: VK slots not 16-byte aligned; 3: KV slots not aligned to two rows: the element-wise paths */
+        /* 6: VK slots not 16-byte aligned (the element-wise generic path); 3: odd KV slot padding */
         s.pad = v == 4 ? 6 : v == 8 ? 3 : 40;
         run_pool(&s, v == 2 ? 64 : 128, seed + (uint64_t)v, kind);
     }

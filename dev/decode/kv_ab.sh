@@ -6,6 +6,7 @@
 #
 #   bash dev/decode/kv_ab.sh [-r ROUNDS] [-l KV|VK] [-b "B ..."] [-t "NAME ..."] NAME...
 #     -t  builds to test and memcheck first, whatever their speed (a new kernel); the fastest is checked last
+#         and its name left in /tmp/kv_ab/best
 #
 # Every line goes out as it is produced (no pipe through tail): a call that reaches its time limit still
 # reports what it measured. Budget (estimates): ~15 s a build and round (torch import, two batch sizes, GDN and
@@ -19,11 +20,11 @@ while getopts "r:l:b:t:" o; do
     l) LAYOUT=$OPTARG ;;
     b) BS=$OPTARG ;;
     t) TEST=$OPTARG ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    *) sed -n "2,13p" "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n "2,13p" "$0"; exit 2; }
 U=/tmp/kv_ab
 mkdir -p $U
 for n in "$@"; do xz -dc "build-dev/carry/$n.tar.xz" | tar -C $U -xf - || exit 1; done
@@ -52,4 +53,5 @@ for n in "$@"; do
     awk -v a="${total[$n]}" -v b="${total[$best]}" 'BEGIN {exit !(a < b)}' && best=$n
 done
 echo "== fastest in the last round: $best (${total[$best]} us summed) ($SECONDS s)"
+echo "$best" > $U/best
 case " $TEST " in *" $best "*) ;; *) check "$best" ;; esac

@@ -2,9 +2,11 @@
  * sm90_recurrent_fwd.cu - recurrent forward (decode / multi-token verify) on Hopper: the launcher.
  * Picks a compile-time instance of a kernel in sm90_recurrent_kernel.cuh by gate kind, head dim,
  * state dtype and input dtype, and the path: the bulk-copy fast path when every state view has K
- * contiguous and 16-byte aligned rows (the VK pools engines use), else the element-wise generic
- * path (KV layout, unaligned strides); on the bulk-copy views, multi-token calls go to the
- * tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a tile / CTA size by batch.
+ * contiguous and 16-byte aligned rows (the VK pools engines use), else the KV kernel when every
+ * view has the value index contiguous (FLA's and transformers' layout, sm90_recurrent_kv.cuh),
+ * else the element-wise generic path (unaligned VK views, other strides); on the bulk-copy views,
+ * multi-token calls go to the tensor-core path (sm90_recurrent_mma.cuh, use_mma_path); then a
+ * tile / CTA size by batch.
  * Grid: (row blocks, HV, sequences); the kernels loop over sequences beyond 65535. The fast path is launched with
  * programmatic stream serialization where that pays (tma_use_pdl).
  * KDA gates (a decay per key) take the same paths by the same rules, as instances with KDA = true
@@ -28,20 +30,11 @@ bool state_view_vec(const gdn_view &v, int64_t ve)
                        v.s[3] % ve == 0);
 }
 
-/* A KV state view (value index contiguous) whose rows can be moved rpl at a time: vectors of rpl
- * elements, aligned to their size. */
-template <typename StateT> bool state_view_rowvec(const gdn_view &v, int64_t rpl)
-{
-    return !v.data || ((uintptr_t)v.data % (rpl * sizeof(StateT)) == 0 && v.s[3] == 1 && v.s[0] % rpl == 0 &&
-                       v.s[1] % rpl == 0 && v.s[2] % rpl == 0);
-}
-
 /* A state view with the value index contiguous (KV layout; any other strides). */
 inline bool state_view_kv(const gdn_view &v) { return !v.data || v.s[3] == 1; }
 
-/* The generic path: state rows element by element (ROWVEC: KV rows RPL at a time), straight to
- * registers. */
-template <int K, typename StateT, typename InT, bool VEC, bool KDA, bool ROWVEC = false>
+/* The generic path: state rows element by element, straight to registers. */
+template <int K, typename StateT, typename InT, bool VEC, bool KDA>
 gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
 {
     constexpr int RPL = default_rows_per_lane<K, StateT>();
@@ -54,7 +47,7 @@ gdn_status launch_generic(const RecurrentParams &prm, const gdn_problem *p)
         warps = (int)warps_per_head;
     const dim3 grid((unsigned)((warps_per_head + warps - 1) / warps), (unsigned)p->HV,
                     (unsigned)(p->N < 65535 ? p->N : 65535));
-    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC, KDA, ROWVEC><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
+    recurrent_fwd_kernel<K, StateT, InT, RPL, VEC, KDA><<<grid, 32 * warps, 0, (cudaStream_t)p->stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
 }
 
@@ -215,17 +208,9 @@ gdn_status dispatch_path(const RecurrentParams &prm, const gdn_problem *p)
     const bool vec = state_view_vec(p->state_in, VE) && state_view_vec(p->final_state, VE) &&
                      state_view_vec(p->step_states, VE);
     if (!vec) {
-        if constexpr (KV_NATIVE && K % 32 == 0 && K <= 256) {
-            if (state_view_kv(p->state_in) && state_view_kv(p->final_state) && state_view_kv(p->step_states))
-                return launch_kv<K, StateT, InT, KDA>(prm, p);
-        }
-        /* KV layout (FLA's and transformers' default): the initial and final states in row vectors */
-        constexpr int RPL = default_rows_per_lane<K, StateT>();
-        if constexpr (RPL >= 2) {
-            if (p->V % RPL == 0 && state_view_rowvec<StateT>(p->state_in, RPL) &&
-                state_view_rowvec<StateT>(p->final_state, RPL))
-                return launch_generic<K, StateT, InT, false, KDA, true>(prm, p);
-        }
+        /* KV layout (FLA's and transformers' default) */
+        if (state_view_kv(p->state_in) && state_view_kv(p->final_state) && state_view_kv(p->step_states))
+            return launch_kv<K, StateT, InT, KDA>(prm, p);
         return launch_generic<K, StateT, InT, false, KDA>(prm, p);
     }
     if constexpr (K <= 128) {

@@ -24,9 +24,9 @@
  * state tile per CTA (16 KB in one-token calls) into shared memory, so bytes in flight do not
  * cost registers. It waits for the previous grid in the stream before its first global access
  * (grid_dependency_sync), so the launcher may start it early (programmatic dependent launch).
- * recurrent_fwd_kernel (generic path: KV layout, unaligned or padded strides): loads straight
- * into registers, element-wise, or for KV states with the value index contiguous (FLA's and
- * transformers' layout) the initial and final states in vectors of a lane's consecutive rows.
+ * recurrent_fwd_kernel (generic path: unaligned VK views, views with neither index contiguous):
+ * element-wise loads straight into registers. KV states with the value index contiguous have a
+ * kernel of their own (sm90_recurrent_kv.cuh).
  */
 #ifndef GDN_SM90_RECURRENT_KERNEL_CUH
 #define GDN_SM90_RECURRENT_KERNEL_CUH
@@ -495,37 +495,25 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
     }
 }
 
-/* The state after the last token: final_state, and the start slot for 1-D in-place pools (ROWVEC:
- * the generic kernel's row-vector mode, store_rows_kv). */
-template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC, bool ROWVEC = false>
+/* The state after the last token: final_state, and the start slot for 1-D in-place pools. */
+template <typename StateT, int RPL, int EPL, int VE, int NV, bool VEC>
 __device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *src, int64_t n, int hv, const int *rows,
                                             const bool *row_ok, int gl, const float (*s)[EPL], float c)
 {
-    StateT *fin = p.final_state ? (StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1 : nullptr;
-    StateT *pool = p.inplace_state && !p.idx_2d ? src : nullptr;
-    if constexpr (ROWVEC) {
-        if (fin)
-            store_rows_kv<StateT, RPL, EPL, VE, NV>(fin, p.st_fin, rows[0], row_ok[0], gl, s, c);
-        if (pool)
-            store_rows_kv<StateT, RPL, EPL, VE, NV>(pool, p.st_in, rows[0], row_ok[0], gl, s, c);
-    } else {
-        if (fin)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>(fin, p.st_fin, rows, row_ok, gl, s, c);
-        if (pool)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>(pool, p.st_in, rows, row_ok, gl, s, c);
-    }
+    if (p.final_state)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+                                                  p.st_fin, rows, row_ok, gl, s, c);
+    if (p.inplace_state && !p.idx_2d && src)
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s, c);
 }
 
 /* The generic path: K: key head dim; StateT: state dtype in memory; InT: q/k/v/o dtype; RPL:
  * rows per lane; VEC: state rows moved in 16-byte pieces, else element by element with any
- * strides (KV layout, unaligned pools); KDA: per-key gates (KdaStage); ROWVEC (with VEC false): KV
- * layout with the value index contiguous, a lane's rows consecutive, and the initial and final
- * states moved RPL rows at a time (load_rows_kv; per-step states stay element-wise). The state goes
- * straight from memory to registers. */
-template <int K, typename StateT, typename InT, int RPL, bool VEC, bool KDA = false, bool ROWVEC = false>
+ * strides (unaligned pools, any layout); KDA: per-key gates (KdaStage). The state goes straight
+ * from memory to registers. */
+template <int K, typename StateT, typename InT, int RPL, bool VEC, bool KDA = false>
 __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const RecurrentParams p)
 {
-    static_assert(!(VEC && ROWVEC) && (!ROWVEC || RPL >= 2), "row vectors: KV layout, two or more rows a lane");
     constexpr int VE = 16 / sizeof(StateT);     /* elements per 16-byte state piece */
     constexpr int NV = K / (LANES_PER_ROW * VE); /* pieces per lane per row */
     constexpr int EPL = NV * VE;                /* keys per lane */
@@ -547,7 +535,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
     bool row_ok[RPL];
 #pragma unroll
     for (int r = 0; r < RPL; r++) {
-        srow[r] = warp * ROWS_PER_WARP + (ROWVEC ? group * RPL + r : r * 4 + group);
+        srow[r] = warp * ROWS_PER_WARP + r * 4 + group;
         rows[r] = row_base + srow[r];
         row_ok[r] = rows[r] < p.V;
     }
@@ -572,30 +560,18 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
 
         /* All state loads first: they are the whole cost of the kernel. */
         float s[RPL][EPL];
-        if constexpr (ROWVEC) {
-            if (src && row_ok[0]) {
-                load_rows_kv<StateT, RPL, EPL, VE, NV>(src, p.st_in, rows[0], gl, s);
-            } else {
 #pragma unroll
-                for (int r = 0; r < RPL; r++)
+        for (int r = 0; r < RPL; r++) {
 #pragma unroll
-                    for (int i = 0; i < EPL; i++)
-                        s[r][i] = 0.0f;
-            }
-        } else {
+            for (int c = 0; c < NV; c++) {
+                const int key = (c * LANES_PER_ROW + gl) * VE;
+                if (src && row_ok[r]) {
+                    load_f32<StateT, VE, VEC>(src + (int64_t)rows[r] * p.st_in.sv + key * p.st_in.sk, p.st_in.sk,
+                                              &s[r][c * VE]);
+                } else {
 #pragma unroll
-            for (int r = 0; r < RPL; r++) {
-#pragma unroll
-                for (int c = 0; c < NV; c++) {
-                    const int key = (c * LANES_PER_ROW + gl) * VE;
-                    if (src && row_ok[r]) {
-                        load_f32<StateT, VE, VEC>(src + (int64_t)rows[r] * p.st_in.sv + key * p.st_in.sk, p.st_in.sk,
-                                                  &s[r][c * VE]);
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VE; e++)
-                            s[r][c * VE + e] = 0.0f;
-                    }
+                    for (int e = 0; e < VE; e++)
+                        s[r][c * VE + e] = 0.0f;
                 }
             }
         }
@@ -611,7 +587,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
                 token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC>(
                     p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
         }
-        store_final<StateT, RPL, EPL, VE, NV, VEC, ROWVEC>(p, src, n, hv, rows, row_ok, gl, s, c);
+        store_final<StateT, RPL, EPL, VE, NV, VEC>(p, src, n, hv, rows, row_ok, gl, s, c);
     }
 }
 

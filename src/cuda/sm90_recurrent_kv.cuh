@@ -3,11 +3,13 @@
  * ([N, HV, K, V]: FLA's and transformers' layout), laid out for that layout: a CTA owns 32 value
  * columns of one (sequence, value head), warp w the keys 32 w .. 32 w + 31 of them, lane l column
  * 32 blockIdx.x + l. A warp's state access at one key is 32 contiguous elements (128 bytes in f32),
- * a lane holds 32 state values (about 64 registers: eight 4-warp CTAs an SM), and the dots S^T k and
- * S^T q of each token are summed over the warps through shared memory. Everything else is the
- * generic kernel's: the staged tokens (stage_tokens), the start slot (sequence_start), per-step
- * states and pool slots, skipped sequences. Selected by the launcher only with KV_NATIVE (a dev
- * switch until it is measured on a GPU: dev/decode/README.md, "KV states").
+ * a lane holds 32 state values, and the dots S^T k and S^T q of each token are summed over the
+ * warps through shared memory. Everything else is the generic kernel's: the staged tokens
+ * (stage_tokens), the start slot (sequence_start), per-step states and pool slots, skipped
+ * sequences. One-token steps are bound by the state bytes in flight, so the register count sets
+ * the speed: at K = 128 the kernel is held to 72 registers (seven CTAs an SM; ptxas alone gives
+ * KDA 96, five), and KDA loads the state after staging its first tokens, whose per-key gates
+ * would otherwise be live beside it (dev/decode/README.md, "KV states").
  */
 #ifndef GDN_SM90_RECURRENT_KV_CUH
 #define GDN_SM90_RECURRENT_KV_CUH
@@ -31,9 +33,24 @@ __device__ __forceinline__ void kv_store_col(StateT *base, const StateStrides &s
         base[(int64_t)(32 * warp + i) * st.sk + col * st.sv] = gdn_from_f32<StateT>(s[i] * scale);
 }
 
+template <typename StateT>
+__device__ __forceinline__ void kv_load_col(const StateT *src, const StateStrides &st, int warp, int col, bool col_ok,
+                                            float (&s)[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        s[i] = src && col_ok ? gdn_to_f32<StateT>(src[(int64_t)(32 * warp + i) * st.sk + col * st.sv]) : 0.0f;
+}
+
+/* The register cap of an instance: 72 at K = 128 (seven CTAs an SM), 80 at K = 64 and for GDN at
+ * K = 256 (ptxas alone gives its bf16 state 144, one CTA an SM), 128 for KDA at K = 256, where a
+ * lower cap spills. Any cap changes ptxas's choices, so every instance gets one (none spills more
+ * than 16 bytes). */
+template <int K, bool KDA> constexpr int kv_max_registers() { return K == 128 ? 72 : K == 256 && KDA ? 128 : 80; }
+
 /* K / 32 warps of 32 keys; grid (V / 32 rounded up, HV, sequences). */
 template <int K, typename StateT, typename InT, bool KDA>
-__global__ void __launch_bounds__(K) recurrent_fwd_kv_kernel(const RecurrentParams p)
+__global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA>())) recurrent_fwd_kv_kernel(const RecurrentParams p)
 {
     static_assert(K % 32 == 0 && K <= 256, "a warp per 32 keys, at most 8 warps");
     constexpr int WARPS = K / 32;
@@ -45,6 +62,8 @@ __global__ void __launch_bounds__(K) recurrent_fwd_kv_kernel(const RecurrentPara
     const int cols = (int)(p.V - row_base < KV_COLS ? p.V - row_base : KV_COLS);
     const bool col_ok = lane < cols;
     const int hv = blockIdx.y, h = hv / (int)p.G;
+    /* KDA loads the state after the first chunk's staging (header); GDN's loads overlap it */
+    constexpr bool LATE = KDA;
 
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
         const SeqRange sr = sequence_range(p, n);
@@ -70,16 +89,15 @@ __global__ void __launch_bounds__(K) recurrent_fwd_kv_kernel(const RecurrentPara
             continue;
         }
 
-        /* The state loads first: they are the kernel's cost; the staging below overlaps them. */
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            s[i] = src && col_ok ? gdn_to_f32<StateT>(src[(int64_t)(32 * warp + i) * p.st_in.sk + col * p.st_in.sv])
-                                 : 0.0f;
+        if (!LATE || len == 0)
+            kv_load_col(src, p.st_in, warp, col, col_ok, s);
 
         for (int64_t t0 = 0; t0 < len; t0 += TOKEN_CHUNK) {
             const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, 1, 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, cols);
+            if (LATE && t0 == 0)
+                kv_load_col(src, p.st_in, warp, col, col_ok, s);
             __syncthreads();
             for (int j = 0; j < tc; j++) {
                 const int64_t t = t0 + j;

@@ -12,15 +12,6 @@
 
 namespace {
 
-/* KV states on recurrent_fwd_kv_kernel (sm90_recurrent_kv.cuh) instead of the generic kernel's row
- * vectors. Off until it is measured on a GPU; dev builds turn it on with
- * -DGDN_RECURRENT_DEV_KV_NATIVE=1 (dev/decode/README.md, "KV states"). */
-#ifdef GDN_RECURRENT_DEV_KV_NATIVE
-constexpr bool KV_NATIVE = GDN_RECURRENT_DEV_KV_NATIVE;
-#else
-constexpr bool KV_NATIVE = false;
-#endif
-
 /* The fast path wants several state tiles per SM: ask for the largest shared-memory carveout
  * once per instance (a function attribute, not a stream operation: safe under graph capture). */
 template <int K, typename StateT, typename InT, int RPL, bool KDA = false, int TILE = tile_rows<K, StateT, KDA>(),

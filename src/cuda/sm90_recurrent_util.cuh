@@ -178,46 +178,6 @@ __device__ __forceinline__ void store_rows(StateT *base, const StateStrides &st,
     }
 }
 
-/* KV layout with the value index contiguous (row-vector mode of the generic kernel): a lane's RPL
- * rows are consecutive (row0 .. row0 + RPL - 1, all in range or none, as the launcher ensures), so
- * one RPL-element vector per key moves them all; a warp's access at one key of its lanes then covers
- * 8 keys x 32 contiguous bytes (f32, RPL = 2): whole sectors, where element-wise accesses use half.
- * Same register layout as store_rows: s[r][c VE + e] is row row0 + r at key (c 8 + gl) VE + e. */
-template <typename StateT, int RPL, int EPL, int VE, int NV>
-__device__ __forceinline__ void load_rows_kv(const StateT *base, const StateStrides &st, int row0, int gl,
-                                             float (*s)[EPL])
-{
-#pragma unroll
-    for (int c = 0; c < NV; c++)
-#pragma unroll
-        for (int e = 0; e < VE; e++) {
-            const int key = (c * 8 + gl) * VE + e;
-            const Pack<StateT, RPL> pk = *reinterpret_cast<const Pack<StateT, RPL> *>(base + row0 + key * st.sk);
-#pragma unroll
-            for (int r = 0; r < RPL; r++)
-                s[r][c * VE + e] = gdn_to_f32<StateT>(pk.x[r]);
-        }
-}
-
-template <typename StateT, int RPL, int EPL, int VE, int NV>
-__device__ __forceinline__ void store_rows_kv(StateT *base, const StateStrides &st, int row0, bool ok, int gl,
-                                              const float (*s)[EPL], float scale)
-{
-    if (!ok)
-        return;
-#pragma unroll
-    for (int c = 0; c < NV; c++)
-#pragma unroll
-        for (int e = 0; e < VE; e++) {
-            const int key = (c * 8 + gl) * VE + e;
-            Pack<StateT, RPL> pk;
-#pragma unroll
-            for (int r = 0; r < RPL; r++)
-                pk.x[r] = gdn_from_f32<StateT>(s[r][c * VE + e] * scale);
-            *reinterpret_cast<Pack<StateT, RPL> *>(base + row0 + key * st.sk) = pk;
-        }
-}
-
 /* The bits of element off of base (dtype dt), to be converted by bits_to_f32 after every load of
  * a token is in flight: a conversion right after its load would wait for it, and the loads that
  * follow it in program order would start one memory round trip later. */
