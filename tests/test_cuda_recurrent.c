@@ -835,9 +835,9 @@ static int test_kda_options(void)
         o.beta_dtype = v % 5 == 0 ? GDN_DTYPE_BF16 : v % 5 == 1 ? GDN_DTYPE_F16 : GDN_DTYPE_F32;
         o.dtype = dts[v % 3];
         o.scale = v % 7 == 0 ? 0.3f : 0.0f;
-        o.layout = v & 4 ? GDN_STATE_KV : GDN_STATE_VK;
+        o.layout = v & 4 || v == 11 ? GDN_STATE_KV : GDN_STATE_VK;
         o.state_dtype = v % 6 == 5 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
-        if (v >= 10)
+        if (v >= 10) /* K = 256 in both layouts */
             o.K = o.V = 256;
         run_case(&o, seed++);
     }
