@@ -5,10 +5,11 @@ transformers' Qwen3-Next decodes. "copy" is a device copy of the state bytes (re
 the floor of a one-token step.
 
     PYTHONPATH=python:bench:.peers/fla GDN_LIBRARY=build/libgdn.so \
-        python3 dev/decode/layout_time.py [B ...] [KV|VK] [libgdn] [T=n]
+        python3 dev/decode/layout_time.py [B ...] [KV|VK] [libgdn] [T=n] [bf16]
 
 KV or VK: that layout only; libgdn: no FLA (an A/B of builds, one process each); T=n: n tokens a
-sequence (a verify step; 1 by default).
+sequence (a verify step; 1 by default); bf16: bf16 states (initial and final; the copy too), where a
+peer that refuses them shows nan.
 """
 import sys
 
@@ -20,23 +21,33 @@ from fla_prefill import time_ms
 
 H, HV, K, V = 16, 32, 128, 128
 
-def call(f, B, kda, v_first, T):
+def call(f, B, kda, v_first, T, sdt):
     dev = "cuda"
     q = torch.randn(B, T, H, K, device=dev).bfloat16()
     k = torch.randn(B, T, H, K, device=dev).bfloat16()
     v = torch.randn(B, T, HV, V, device=dev).bfloat16()
     g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev) if kda else torch.randn(B, T, HV, device=dev))
     beta = torch.rand(B, T, HV, device=dev).bfloat16()
-    h0 = torch.randn(B, HV, K, V, device=dev) * 0.1
+    h0 = (torch.randn(B, HV, K, V, device=dev) * 0.1).to(sdt)
     if v_first:
         h0 = h0.transpose(-1, -2).contiguous()
     return lambda: f(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
                      use_qk_l2norm_in_kernel=True, state_v_first=v_first)
 
 
+def timed(fn):
+    """us under graph replay; nan where the library refuses the call"""
+    try:
+        return time_ms(fn)[1] * 1e3
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+        print("  refused:", str(e).splitlines()[0][:120])
+        return float("nan")
+
+
 def main():
     BS = [int(x) for x in sys.argv[1:] if x.isdigit()] or [1, 8, 64, 128, 256]
     T = int(next((a[2:] for a in sys.argv[1:] if a.startswith("T=")), 1))
+    sdt = torch.bfloat16 if "bf16" in sys.argv[1:] else torch.float32
     LAYOUTS = [lay == "VK" for lay in ("KV", "VK") if lay in sys.argv[1:]] or [False, True]
     peers = [("libgdn", libgdn.fused_recurrent_gated_delta_rule, libgdn.fused_recurrent_kda)]
     try:
@@ -48,17 +59,16 @@ def main():
     except ImportError as e:
         print("FLA not importable:", e)
 
-    print(f"H{H} HV{HV} K=V={K}, T={T}, f32 state, graph replay, us; {torch.cuda.get_device_name()}")
+    print(f"H{H} HV{HV} K=V={K}, T={T}, {str(sdt)[6:]} state, graph replay, us; {torch.cuda.get_device_name()}")
     print(f"{'B':>4s} {'op':4s} {'layout':6s} " + " ".join(f"{n:>8s}" for n, _, _ in peers) +
           "     copy  FLA/ours  copy/ours")
     for B in BS:
-        src = torch.randn(B, HV, K, V, device="cuda")
+        src = torch.randn(B, HV, K, V, device="cuda").to(sdt)
         dst = torch.empty_like(src)
         copy = time_ms(lambda: dst.copy_(src))[1] * 1e3
         for op in ("gdn", "kda"):
             for v_first in LAYOUTS:
-                ts = [time_ms(call(fg if op == "gdn" else fk, B, op == "kda", v_first, T))[1] * 1e3
-                      for _, fg, fk in peers]
+                ts = [timed(call(fg if op == "gdn" else fk, B, op == "kda", v_first, T, sdt)) for _, fg, fk in peers]
                 ratio = f"{ts[1] / ts[0]:8.2f}" if len(ts) > 1 else "       -"
                 print(f"{B:4d} {op:4s} {'VK' if v_first else 'KV':6s} " + " ".join(f"{t:8.1f}" for t in ts) +
                       f" {copy:8.1f}  {ratio}  {copy / ts[0]:9.2f}", flush=True)
