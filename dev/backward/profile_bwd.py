@@ -1,10 +1,11 @@
 """profile_bwd.py - per-kernel CUDA times of libgdn's chunked backward (torch profiler), one shape.
 
-    PYTHONPATH=python GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py [B T H HV [once]]
-    PYTHONPATH=python:bench GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py varlen N H HV [once]
+    PYTHONPATH=python GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py [--d D] [B T H HV [once]]
+    PYTHONPATH=python:bench GDN_LIBRARY=build/libgdn.so python3 dev/backward/profile_bwd.py [--d D] varlen N H HV [once]
 
 With `once`: one backward call and no profiler (for ncu, dev/backward/ncu_source.sh). `varlen N`: B = 1
 and bench/fla_prefill.varlen_cu(N)'s sequences (bench/fla_backward.py's varlen shape), as cu_seqlens.
+`--d D`: head dims K = V = D (64 or 128; default 128).
 """
 import sys
 
@@ -13,6 +14,10 @@ import torch.nn.functional as F
 
 import libgdn
 
+D = 128
+if len(sys.argv) > 2 and sys.argv[1] == "--d":
+    D = int(sys.argv[2])
+    del sys.argv[1:3]
 cu = None
 if len(sys.argv) > 1 and sys.argv[1] == "varlen":
     from fla_prefill import varlen_cu
@@ -23,7 +28,6 @@ if len(sys.argv) > 1 and sys.argv[1] == "varlen":
 else:
     B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (2, 16384, 16, 16)
 once = len(sys.argv) > 5 and sys.argv[5] == "once"
-D = 128
 q = torch.randn(B, T, H, D, device="cuda").bfloat16().requires_grad_()
 k = torch.randn(B, T, H, D, device="cuda").bfloat16().requires_grad_()
 v = torch.randn(B, T, HV, D, device="cuda").bfloat16().requires_grad_()
@@ -42,7 +46,7 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
     for _ in range(5):
         o.backward(do, retain_graph=True)
     torch.cuda.synchronize()
-print(f"B{B} T{T} H{H} HV{HV}{' varlen' if cu is not None else ''}: per-kernel CUDA time over 5 backward calls")
+print(f"B{B} T{T} H{H} HV{HV}{f' D{D}' if D != 128 else ''}{' varlen' if cu is not None else ''}: per-kernel CUDA time over 5 backward calls")
 for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]:
     print(f"{e.key[:60]:60s} {e.device_time_total / e.count / 1000:8.3f} ms x {e.count}")
 # The backward's kernels from the first start to the last end, per call (bwd_grad may run beside
