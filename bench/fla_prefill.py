@@ -14,6 +14,8 @@ state, final state f32. TFLOP/s are counted as 4 * T * HV * d^2.
 import argparse
 import sys
 
+import time
+
 import torch
 import torch.nn.functional as F
 
@@ -72,6 +74,20 @@ def shape_inputs(B, T, H, HV, nseq, fixed):
         cu = cu_cpu.cuda()
     kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     return make_inputs(B, T, H, HV), kw, cu_cpu, T
+
+
+def host_us(fn, n, warm):
+    """Host microseconds per call over n calls queued without a sync (the rate the host issues
+    work), after warm calls."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
 
 
 def time_ms(fn, iters=20, warm=3, graph=True):

@@ -12,12 +12,11 @@ kept graph; step: fwd_ag then its backward):
 Then the top CPU entries of torch's profiler over 10 libgdn steps.
 """
 import sys
-import time
 
 import torch
 
 import libgdn
-from fla_prefill import make_inputs, time_ms
+from fla_prefill import host_us, make_inputs, time_ms
 
 B, T, H, HV = (int(x) for x in sys.argv[1:5]) if len(sys.argv) > 4 else (1, 8192, 2, 8)
 only_libgdn = sys.argv[-1] == "libgdn"
@@ -48,18 +47,6 @@ def steps(f):
     return dict(fwd=fwd, fwd_ag=fwd_ag, bwd=bwd, step=step)
 
 
-def host_us(fn, n=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
-
-
 def event_us(fn):
     return time_ms(fn, graph=False)[0] * 1e3
 
@@ -76,7 +63,7 @@ except ImportError:
 print(f"B{B} T{T} H{H} HV{HV}, {torch.cuda.get_device_name()}")
 for name, f in peers:
     for what, fn in steps(f).items():
-        print(f"{name:7s} {what:7s} host {host_us(fn):8.1f} us   event {event_us(fn):8.1f} us")
+        print(f"{name:7s} {what:7s} host {host_us(fn, 50, 5):8.1f} us   event {event_us(fn):8.1f} us")
 fn = steps(libgdn.chunk_gated_delta_rule)["step"]
 for _ in range(3):
     fn()

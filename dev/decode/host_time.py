@@ -13,11 +13,11 @@ Then cProfile's top entries and torch's profiler (CPU side) for libgdn's call at
 import cProfile
 import pstats
 import sys
-import time
 
 import torch
 
 import libgdn
+from fla_prefill import host_us
 from layout_time import H, HV, K, call  # inputs as transformers passes them (KV state)
 
 BS = [int(x) for x in sys.argv[1:]] or [1, 8, 64]
@@ -29,18 +29,6 @@ def gdn_call(f, B):
 
 def kda_call(f, B):
     return call(f, B, True, False)
-
-
-def host_us(fn, n=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 def event_us(fn, n=20):
@@ -68,7 +56,7 @@ print(f"H{H} HV{HV} K=V={K}, T=1, {torch.cuda.get_device_name()}, torch {torch._
 for B in BS:
     for name, fg, fk in peers:
         for op, fn in (("gdn", gdn_call(fg, B)), ("kda", kda_call(fk, B))):
-            print(f"B{B:<4d} {name:7s} {op}  host {host_us(fn):7.1f} us   event {event_us(fn):7.1f} us", flush=True)
+            print(f"B{B:<4d} {name:7s} {op}  host {host_us(fn, 200, 10):7.1f} us   event {event_us(fn):7.1f} us", flush=True)
 
 fn = gdn_call(libgdn.fused_recurrent_gated_delta_rule, BS[-1])
 for _ in range(10):

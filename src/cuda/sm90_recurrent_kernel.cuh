@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) recurrent_fwd_kernel(const Rec
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, 1, 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, rows_per_cta);
             __syncthreads();
-            InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+            InT *o = token_o<InT>(p, b, bos + t0, hv);
             for (int j = 0; j < tc; j++, o += p.o_s[1])
                 token_step<K, StateT, InT, RPL, EPL, VE, NV, VEC>(
                     p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);
@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(128, BOUNDED ? 5 : 0)
                     for (int cc = 0; cc < NV; cc++)
                         load_f32<StateT, VE, true>(&tile[(row_ok[r] ? srow[r] : 0) * K + (cc * LANES_PER_ROW + gl) * VE],
                                                    1, &s[r][cc * VE]);
-                InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+                InT *o = token_o<InT>(p, b, bos + t0, hv);
                 for (int j = 0; j < tc; j++, o += p.o_s[1])
                     token_step<K, StateT, InT, RPL, EPL, VE, NV, true>(
                         p, st, j, s, c, rows, row_ok, srow, gl, n, hv, t0 + j, o, packed0);

@@ -20,17 +20,17 @@ namespace {
 
 constexpr int KV_COLS = 32; /* value columns of a CTA: one per lane */
 
-/* This lane's column of the state at base (keys 32 warp .. + 31, in s) times scale; col_ok false:
- * nothing. Element (key, col) is at key * st.sk + col * st.sv. */
+/* This lane's column of the state at base (keys 32 warp .. + 31, in s); col_ok false: nothing.
+ * Element (key, col) is at key * st.sk + col * st.sv. */
 template <typename StateT>
 __device__ __forceinline__ void kv_store_col(StateT *base, const StateStrides &st, int warp, int col, bool col_ok,
-                                             const float (&s)[32], float scale)
+                                             const float (&s)[32])
 {
     if (!col_ok)
         return;
 #pragma unroll
     for (int i = 0; i < 32; i++)
-        base[(int64_t)(32 * warp + i) * st.sk + col * st.sv] = gdn_from_f32<StateT>(s[i] * scale);
+        base[(int64_t)(32 * warp + i) * st.sk + col * st.sv] = gdn_from_f32<StateT>(s[i]);
 }
 
 template <typename StateT>
@@ -77,15 +77,14 @@ __global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA>())) r
                 s[i] = 0.0f;
             for (int64_t t = 0; t < len; t++) {
                 if (warp == 0 && col_ok)
-                    ((InT *)p.o)[b * p.o_s[0] + (bos + t) * p.o_s[1] + hv * p.o_s[2] + col * p.o_s[3]] =
-                        gdn_from_f32<InT>(0.0f);
+                    token_o<InT>(p, b, bos + t, hv)[col * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
                 if (p.step_states)
                     kv_store_col((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
-                                 p.st_step, warp, col, col_ok, s, 1.0f);
+                                 p.st_step, warp, col, col_ok, s);
             }
             if (p.final_state)
                 kv_store_col((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col,
-                             col_ok, s, 1.0f);
+                             col_ok, s);
             continue;
         }
 
@@ -127,27 +126,26 @@ __global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA>())) r
                 /* u = beta (v - S'^T k); o = S_new^T q = S'^T q + u (k . q); S_new = S' + k u^T */
                 const float u = st.beta[j] * (st.v[j][lane] - kvs);
                 if (warp == 0 && col_ok)
-                    ((InT *)p.o)[b * p.o_s[0] + (bos + t) * p.o_s[1] + hv * p.o_s[2] + col * p.o_s[3]] =
+                    token_o<InT>(p, b, bos + t, hv)[col * p.o_s[3]] =
                         gdn_from_f32<InT>(fmaf(u, st.kq[j], qs));
 #pragma unroll
                 for (int i = 0; i < 32; i++)
                     s[i] = fmaf(st.k[j][32 * warp + i], u, s[i]);
                 if (p.step_states)
                     kv_store_col((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
-                                 p.st_step, warp, col, col_ok, s, 1.0f);
+                                 p.st_step, warp, col, col_ok, s);
                 if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
                     const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
                     if (slot_valid(p, slot))
                         kv_store_col((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, warp, col,
-                                     col_ok, s, 1.0f);
+                                     col_ok, s);
                 }
             }
         }
         if (p.final_state)
-            kv_store_col((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col, col_ok,
-                         s, 1.0f);
+            kv_store_col((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col, col_ok, s);
         if (p.inplace_state && !p.idx_2d && src)
-            kv_store_col(src, p.st_in, warp, col, col_ok, s, 1.0f);
+            kv_store_col(src, p.st_in, warp, col, col_ok, s);
     }
 }
 

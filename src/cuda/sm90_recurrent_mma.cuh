@@ -659,7 +659,7 @@ __global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KD
             dst.fin_sv = p.st_fin.sv;
             dst.inp = p.inplace_state && !p.idx_2d && src ? src + row_base * p.st_in.sv : nullptr;
             dst.inp_sv = p.st_in.sv;
-            InT *o = (InT *)p.o + b * p.o_s[0] + (bos + t0) * p.o_s[1] + hv * p.o_s[2];
+            InT *o = token_o<InT>(p, b, bos + t0, hv);
 
             ChunkSolve cs;
             for (int ps = 0; ps < passes; ps++) {

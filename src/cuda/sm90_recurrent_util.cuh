@@ -85,6 +85,12 @@ __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
     return x < lo ? lo : (x > hi ? hi : x);
 }
 
+/* The output row of token t of batch row b, value head hv (element d at d * p.o_s[3]). */
+template <typename InT> __device__ __forceinline__ InT *token_o(const RecurrentParams &p, int64_t b, int64_t t, int hv)
+{
+    return (InT *)p.o + b * p.o_s[0] + t * p.o_s[1] + hv * p.o_s[2];
+}
+
 /* A slot may be read or written: in the pool, not padding, not the null block. */
 __device__ __forceinline__ bool slot_valid(const RecurrentParams &p, int64_t slot)
 {
@@ -258,7 +264,7 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int
         for (int i = 0; i < EPL; i++)
             z[r][i] = 0.0f;
     for (int64_t t = bos; t < eos; t++) {
-        InT *o = (InT *)p.o + b * p.o_s[0] + t * p.o_s[1] + hv * p.o_s[2];
+        InT *o = token_o<InT>(p, b, t, hv);
 #pragma unroll
         for (int r = 0; r < RPL; r++)
             if (gl == r && row_ok[r])
