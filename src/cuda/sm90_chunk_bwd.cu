@@ -93,6 +93,13 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_rev_kernel<T, K, false>, dim3((unsigned)prm.nseg * pairs * (V / 64)), REV_THREADS,
                      RevSmem<K>::BYTES, stream, prm, "bwd_rev")) != GDN_OK)
         return st;
+    if constexpr (K == 64 && V == 64) {
+        /* Two CTAs per SM (launch bounds) only with the whole shared memory as carveout. */
+        const cudaError_t err = cudaFuncSetAttribute(bwd_grad_kernel<T, K, V>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     (int)cudaSharedmemCarveoutMaxShared);
+        if (err != cudaSuccess)
+            return gdn_cuda_check(err, "bwd_grad (carveout)");
+    }
     if ((st = launch(bwd_grad_kernel<T, K, V>, dim3((unsigned)(prm.slots * prm.H)), GRAD_THREADS,
                      GradSmem<T, K, V>::BYTES, stream, prm, "bwd_grad")) != GDN_OK)
         return st;

@@ -168,6 +168,34 @@ template <typename T, int K, int V> struct GradSmem {
 
 constexpr int GRAD_THREADS = 256;
 
+/* bwd_grad's copies of one value head without TMA (partial chunks, strided views), by cp.async from
+ * every thread in bwd_grad's four groups, each committed. Out of line where bwd_grad runs at two
+ * CTAs per SM: inlined, its address arithmetic would spill the registers of the products. */
+template <typename T, int K, int V, int NTH>
+__device__ __noinline__ void grad_load_cp(unsigned char *sm, const BwdParams &p, const Loc &L, int64_t h, int64_t hv,
+                                          int64_t unit, bool first, int tid)
+{
+    using SM = GradSmem<T, K, V>;
+    const unsigned char *rec = rec_of(p, unit);
+    const T *dS_ws = static_cast<const T *>(p.dS) + 2 * (size_t)unit * K * V;
+    if (first)
+        load_boxes<T, K, NTH>(sm + SM::KS, p.k, L.row, L.t0, h, L.cl, 0, tid);
+    load_mat_boxes<V, K, NTH>(sm + SM::SS, static_cast<const T *>(p.S) + (size_t)unit * K * V, tid);
+    gdn_sm90::cp_async_commit();
+    load_boxes<T, V, NTH>(sm + SM::WB, p.v, L.row, L.t0, hv, L.cl, 0, tid);
+    load_f32(reinterpret_cast<float *>(sm + SM::F32), rec + REC_ROWS, R_COUNT * C, tid, NTH);
+    load_mat_boxes<C, C, NTH>(sm + SM::TM, rec, tid);
+    gdn_sm90::cp_async_commit();
+    load_mat_boxes<K, V, NTH>(sm + SM::DS, dS_ws, tid);
+    load_mat_boxes<K, V, NTH>(sm + SM::LO, dS_ws + K * V, tid);
+    load_mat_boxes<C, C, NTH>(sm + SM::PM, rec + C * C * sizeof(T), tid);
+    load_boxes<T, V, NTH>(sm + SM::DO, p.d_o, L.row, L.t0, hv, L.cl, 0, tid);
+    gdn_sm90::cp_async_commit();
+    if (first)
+        load_boxes<T, K, NTH>(sm + SM::QS, p.q, L.row, L.t0, h, L.cl, 0, tid);
+    gdn_sm90::cp_async_commit();
+}
+
 /* Two warpgroups: warpgroup h owns half of the columns of every result (value columns h V / 2, key
  * columns h K / 2, chunk columns 32 h) over all 64 rows, and computes it with wgmma (m64n64 or
  * m64n32, both operands in shared memory); warp w of a warpgroup holds rows 16 w .. 16 w + 15, in
@@ -176,12 +204,15 @@ constexpr int GRAD_THREADS = 256;
  * their columns. One CTA per (chunk slot, key head) walks the G value heads of the group: q and k
  * are loaded once, and dq, dk are summed in registers instead of through a workspace pass. */
 template <typename T, int K, int V>
-__global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_constant__ BwdParams p)
+__global__ void __launch_bounds__(GRAD_THREADS, K == 64 && V == 64 ? 2 : 1) bwd_grad_kernel(const __grid_constant__ BwdParams p)
 {
     using namespace gdn_sm90;
     using SM = GradSmem<T, K, V>;
     constexpr int NTH = GRAD_THREADS;
     constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warpgroup's column half */
+    /* Two CTAs per SM (128 registers a thread): products whose accumulators would all be live at
+     * once run in turn instead, each sum in the same order. */
+    constexpr bool LEAN = K == 64 && V == 64;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
@@ -271,6 +302,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
                         tma_load_4d(Qs + b * BOX_BYTES, &p.tm_q, 64 * b, (int)h, tok, brow, &bars[3]);
                 }
             }
+        } else if constexpr (LEAN) {
+            grad_load_cp<T, K, V, NTH>(sm, p, L, h, hv, unit, first, tid);
         } else {
             if (first)
                 load_boxes<T, K, NTH>(Ks, p.k, L.row, L.t0, h, L.cl, 0, tid);
@@ -387,7 +420,8 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
         __syncthreads();
 
         /* The 64 x 64 terms on the warpgroup's chunk columns: dP = dO Vn^T with Q K^T (Pm's part),
-         * dA = -(dU Vn^T) with K K^T (A's part); the second pair runs while the first's terms form. */
+         * dA = -(dU Vn^T) with K K^T (A's part); the second pair runs while the first's terms form,
+         * except at two CTAs per SM (LEAN), where it starts after them. */
         float colc[NJH][2]; /* this thread's column shares of dGam (columns cj + 8 nt + 2 t + e) */
         {
             float dp[NJH][4], qk[NJH][4], da[NJH][4], kk[NJH][4];
@@ -395,9 +429,11 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
             wg_mm<T, 0, 0, C, C, V / 16>(dp, aDO, bVN_j, false);
             wg_mm<T, 0, 0, C, C, K / 16>(qk, aQ, bK_j, false);
             commit();
-            wg_mm<T, 0, 0, C, C, V / 16>(da, aW, bVN_j, false);
-            wg_mm<T, 0, 0, C, C, K / 16>(kk, aK, bK_j, false);
-            wg_wait<1>();
+            if constexpr (!LEAN) {
+                wg_mm<T, 0, 0, C, C, V / 16>(da, aW, bVN_j, false);
+                wg_mm<T, 0, 0, C, C, K / 16>(kk, aK, bK_j, false);
+            }
+            wg_wait<LEAN ? 0 : 1>();
             acc_fence(dp);
             acc_fence(qk);
 #pragma unroll
@@ -420,6 +456,12 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
             }
             store_acc_sw<T>(sm + SM::EQ, qk, m0, cj, lane, 1.f, 1.f);
             store_acc_sw<T>(sm + SM::EK, dp, m0, cj, lane, 1.f, 1.f);
+            if constexpr (LEAN) {
+                fence();
+                wg_mm<T, 0, 0, C, C, V / 16>(da, aW, bVN_j, false);
+                wg_mm<T, 0, 0, C, C, K / 16>(kk, aK, bK_j, false);
+                commit();
+            }
             wait<0>();
             acc_fence(da);
             acc_fence(kk);
@@ -462,19 +504,22 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
 
         /* dQn = scale gam (dO S^T) + Eq K and dKn = gu (Vn dS'^T) - gam beta (dU S^T) + F1 K + F2^T K
          * + Ek^T Q, on the warpgroup's key columns. The products that need only the loaded tiles
-         * start before the barrier that publishes Eq, Ek, F1, F2. dGam takes Kn . dKn of the first
+         * start before the barrier that publishes Eq, Ek, F1, F2 (LEAN: q1 only, then k1 and k2 in
+         * turn after it). dGam takes Kn . dKn of the first
          * two terms of dKn apart: the X term adds to dGam_i, the S' term subtracts from it and adds
          * to dGam_C. The products of Eq, Ek, F1, F2 accumulate straight into the group's sums. */
         float q1[NKH][4], k1[NKH][4], k2[NKH][4];
         fence();
         wg_mm<T, 0, 1, C, 0, V / 16>(q1, aDO, bS_k, false);
         commit();
-        wg_mm<T, 0, 0, C, K, V / 16>(k1, aVN, bDS_k, false);
-        wg_mm<T, 0, 1, C, 0, V / 16>(k2, aW, bS_k, false);
-        commit();
+        if constexpr (!LEAN) {
+            wg_mm<T, 0, 0, C, K, V / 16>(k1, aVN, bDS_k, false);
+            wg_mm<T, 0, 1, C, 0, V / 16>(k2, aW, bS_k, false);
+            commit();
+        }
         fence_proxy_async();
         __syncthreads(); /* Eq, Ek, F1, F2 whole */
-        wait<1>();
+        wait<LEAN ? 0 : 1>();
         acc_fence(q1);
         {
             const float s0 = p.scale * gam[i0], s1 = p.scale * gam[i1];
@@ -493,11 +538,51 @@ __global__ void __launch_bounds__(GRAD_THREADS, 1) bwd_grad_kernel(const __grid_
         fence();
         wg_mm<T, 0, 1, C, 0, C / 16>(dqs, sb + SM::EQ, bK_k, true);
         commit();
-        wait<1>();
-        acc_fence(k1);
-        acc_fence(k2);
         float gc0 = 0.f, gc1 = 0.f; /* dGam_C's share from the S' term */
-        {
+        if constexpr (LEAN) {
+            /* k1, then k2, each scaled and dotted with K on its own; their sum as below. */
+            const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
+            float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
+            wg_mm<T, 0, 0, C, K, V / 16>(k1, aVN, bDS_k, false);
+            wg_wait<0>();
+            acc_fence(k1);
+#pragma unroll
+            for (int nt = 0; nt < NKH; ++nt) {
+                const int d = ckc + 8 * nt + 2 * t;
+                const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
+                k1[nt][0] *= gu[i0];
+                k1[nt][1] *= gu[i0];
+                k1[nt][2] *= gu[i1];
+                k1[nt][3] *= gu[i1];
+                d10 += ka.x * k1[nt][0] + ka.y * k1[nt][1];
+                d11 += kc.x * k1[nt][2] + kc.y * k1[nt][3];
+            }
+            fence();
+            wg_mm<T, 0, 1, C, 0, V / 16>(k2, aW, bS_k, false);
+            wg_wait<0>();
+            acc_fence(k2);
+#pragma unroll
+            for (int nt = 0; nt < NKH; ++nt) {
+                const int d = ckc + 8 * nt + 2 * t;
+                const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
+                k2[nt][0] *= x0;
+                k2[nt][1] *= x0;
+                k2[nt][2] *= x1;
+                k2[nt][3] *= x1;
+                d20 += ka.x * k2[nt][0] + ka.y * k2[nt][1];
+                d21 += kc.x * k2[nt][2] + kc.y * k2[nt][3];
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dks[nt][e] += k1[nt][e] + k2[nt][e];
+            }
+            rg0 += rk[i0] * (d20 - d10);
+            rg1 += rk[i1] * (d21 - d11);
+            gc0 += rk[i0] * d10;
+            gc1 += rk[i1] * d11;
+        } else {
+            wait<1>();
+            acc_fence(k1);
+            acc_fence(k2);
             const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
             float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
 #pragma unroll
