@@ -170,7 +170,10 @@ constexpr int GRAD_THREADS = 256;
 
 /* bwd_grad's copies of one value head without TMA (partial chunks, strided views), by cp.async from
  * every thread in bwd_grad's four groups, each committed. Out of line where bwd_grad runs at two
- * CTAs per SM: inlined, its address arithmetic would spill the registers of the products. */
+ * CTAs per SM: inlined, its address arithmetic would spill the registers of the products. The
+ * one-CTA instances keep these copies inline in the kernel, on the tile pointers it holds: through
+ * this function (inlined or not) ptxas allocates their registers differently (more spill at
+ * K = V = 128), for copies that only partial chunks and strided views take. */
 template <typename T, int K, int V, int NTH>
 __device__ __noinline__ void grad_load_cp(unsigned char *sm, const BwdParams &p, const Loc &L, int64_t h, int64_t hv,
                                           int64_t unit, bool first, int tid)
