@@ -450,13 +450,13 @@ static void run_pool(const tu_pool_spec *s, int64_t K, uint64_t seed, gdn_gate_k
 
 static void pool_decode_cases(gdn_gate_kind kind, uint64_t seed)
 {
-    for (int v = 0; v < 9; v++) {
+    for (int v = 0; v < 10; v++) {
         tu_pool_spec s;
         memset(&s, 0, sizeof s);
         s.label = (const char *[]){"pool T=1 VK f32",       "pool T=1 VK bf16",      "pool T=1 KV f32",
                                    "pool T=1 null_slot_zero", "pool T=3 VK f32 steps", "pool read-only T=2",
                                    "pool T=8 VK f32 (tensor cores)", "pool T=9 VK bf16 null_slot_zero (tensor cores)",
-                                   "pool T=1 KV bf16, odd slot padding"}[v];
+                                   "pool T=1 KV bf16, odd slot padding", "pool T=1 KV bf16 (value column pairs)"}[v];
         s.N = 5;
         s.T = v == 4 ? 3 : v == 5 ? 2 : v == 6 ? 8 : v == 7 ? 9 : 1;
         s.P = 9;
@@ -468,9 +468,9 @@ static void pool_decode_cases(gdn_gate_kind kind, uint64_t seed)
         s.null_slot_zero = v == 3 || v == 7;
         s.inplace = v != 5;
         s.with_final = v != 1 && v != 7;
-        s.with_steps = v == 4 || v == 5;
-        s.layout = v == 2 || v == 8 ? GDN_STATE_KV : GDN_STATE_VK;
-        s.state_dtype = v == 1 || v == 7 || v == 8 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
+        s.with_steps = v == 4 || v == 5 || v == 9;
+        s.layout = v == 2 || v >= 8 ? GDN_STATE_KV : GDN_STATE_VK;
+        s.state_dtype = v == 1 || v == 7 || v >= 8 ? GDN_DTYPE_BF16 : GDN_DTYPE_F32;
         /* 6: VK slots not 16-byte aligned (the element-wise generic path); 3: odd KV slot padding */
         s.pad = v == 4 ? 6 : v == 8 ? 3 : 40;
         run_pool(&s, v == 2 ? 64 : 128, seed + (uint64_t)v, kind);

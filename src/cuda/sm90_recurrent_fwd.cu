@@ -65,10 +65,34 @@ inline gdn_status device_sms(const gdn_problem *p, int *sms)
                           "gdn_recurrent_fwd: device attribute");
 }
 
-/* KV states on the kernel laid out for them: 32 value columns a CTA, a warp per 32 keys. */
+/* A KV state view whose bf16 pairs of value columns are 4-byte aligned. */
+inline bool state_view_pairs(const gdn_view &v)
+{
+    return !v.data || ((uintptr_t)v.data % 4 == 0 && v.s[3] == 1 && v.s[0] % 2 == 0 && v.s[1] % 2 == 0 &&
+                       v.s[2] % 2 == 0);
+}
+
+/* Two value columns a lane (bf16 pairs, rounded once a token: sm90_recurrent_kv.cuh) for bf16
+ * states in one-token calls (fixed length: with cu_seqlens a sequence may hold more), V a multiple
+ * of 64 and every state view's pairs aligned. */
+inline bool kv_pairs_fit(const gdn_problem *p)
+{
+    return p->state_dtype == GDN_DTYPE_BF16 && !p->cu_seqlens && p->T == 1 && p->V % 64 == 0 &&
+           state_view_pairs(p->state_in) && state_view_pairs(p->final_state) && state_view_pairs(p->step_states);
+}
+
+/* KV states on the kernel laid out for them: 32 (bf16 pairs: 64) value columns a CTA, a warp per
+ * 32 keys. */
 template <int K, typename StateT, typename InT, bool KDA>
 gdn_status launch_kv(const RecurrentParams &prm, const gdn_problem *p)
 {
+    if constexpr (std::is_same<StateT, __nv_bfloat16>::value) {
+        if (kv_pairs_fit(p)) {
+            recurrent_fwd_kv_kernel<K, StateT, InT, KDA, 2>
+                <<<tile_grid(p, TmaTile{2 * KV_COLS, K / 32}), K, 0, (cudaStream_t)p->stream>>>(prm);
+            return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");
+        }
+    }
     recurrent_fwd_kv_kernel<K, StateT, InT, KDA>
         <<<tile_grid(p, TmaTile{KV_COLS, K / 32}), K, 0, (cudaStream_t)p->stream>>>(prm);
     return gdn_cuda_check(cudaGetLastError(), "gdn_recurrent_fwd: kernel launch");

@@ -18,49 +18,88 @@
 
 namespace {
 
-constexpr int KV_COLS = 32; /* value columns of a CTA: one per lane */
+constexpr int KV_COLS = 32; /* value columns of a CTA per column of a lane */
 
-/* This lane's column of the state at base (keys 32 warp .. + 31, in s); col_ok false: nothing.
- * Element (key, col) is at key * st.sk + col * st.sv. */
-template <typename StateT>
-__device__ __forceinline__ void kv_store_col(StateT *base, const StateStrides &st, int warp, int col, bool col_ok,
-                                             const float (&s)[32])
+/* A lane's share of the state: 32 keys of CPL value columns. CPL = 1: f32 values. CPL = 2 (bf16
+ * states, one-token calls): bf16 pairs, both columns in one register, rounded at each write, so a
+ * lane keeps twice the state bytes in flight for its registers; in a one-token call that single
+ * rounding is the one the state's store makes anyway (kv_pairs_fit). */
+template <typename StateT, int CPL> struct KvCols {
+    static_assert(CPL == 1, "two columns a lane: bf16 states only");
+    float x[32];
+    __device__ __forceinline__ float get(int i, int) const { return x[i]; }
+    __device__ __forceinline__ void set(int i, float a, float) { x[i] = a; }
+    __device__ __forceinline__ void load(const StateT *at, int i) { x[i] = gdn_to_f32<StateT>(*at); }
+    __device__ __forceinline__ void store(StateT *at, int i) const { *at = gdn_from_f32<StateT>(x[i]); }
+};
+template <> struct KvCols<__nv_bfloat16, 2> {
+    __nv_bfloat162 x[32];
+    __device__ __forceinline__ float get(int i, int c) const { return c ? __high2float(x[i]) : __low2float(x[i]); }
+    __device__ __forceinline__ void set(int i, float a, float b) { x[i] = __floats2bfloat162_rn(a, b); }
+    __device__ __forceinline__ void load(const __nv_bfloat16 *at, int i) { x[i] = *(const __nv_bfloat162 *)at; }
+    __device__ __forceinline__ void store(__nv_bfloat16 *at, int i) const { *(__nv_bfloat162 *)at = x[i]; }
+};
+
+/* This lane's columns of the state at base (keys 32 warp .. + 31); ok false: nothing. Element
+ * (key, col) is at key * st.sk + col * st.sv (CPL = 2: sv = 1, pairs 4-byte aligned). */
+template <typename StateT, int CPL>
+__device__ __forceinline__ void kv_store_cols(StateT *base, const StateStrides &st, int warp, int col, bool ok,
+                                              const KvCols<StateT, CPL> &s)
 {
-    if (!col_ok)
+    if (!ok)
         return;
 #pragma unroll
     for (int i = 0; i < 32; i++)
-        base[(int64_t)(32 * warp + i) * st.sk + col * st.sv] = gdn_from_f32<StateT>(s[i]);
+        s.store(base + (int64_t)(32 * warp + i) * st.sk + col * st.sv, i);
 }
 
-template <typename StateT>
-__device__ __forceinline__ void kv_load_col(const StateT *src, const StateStrides &st, int warp, int col, bool col_ok,
-                                            float (&s)[32])
+template <typename StateT, int CPL>
+__device__ __forceinline__ void kv_load_cols(const StateT *src, const StateStrides &st, int warp, int col, bool ok,
+                                             KvCols<StateT, CPL> &s)
 {
 #pragma unroll
-    for (int i = 0; i < 32; i++)
-        s[i] = src && col_ok ? gdn_to_f32<StateT>(src[(int64_t)(32 * warp + i) * st.sk + col * st.sv]) : 0.0f;
+    for (int i = 0; i < 32; i++) {
+        if (src && ok)
+            s.load(src + (int64_t)(32 * warp + i) * st.sk + col * st.sv, i);
+        else
+            s.set(i, 0.0f, 0.0f);
+    }
+}
+
+/* The decay of key `key` at staged token j: KDA's per-key exp(g), else the token's e. */
+template <bool KDA, typename Stage>
+__device__ __forceinline__ float kv_decay(const Stage &st, int j, int key, float e)
+{
+    if constexpr (KDA)
+        return st.ek[j][key];
+    else
+        return e;
 }
 
 /* The register cap of an instance: 72 at K = 128 (seven CTAs an SM), 80 at K = 64 and for GDN at
  * K = 256 (ptxas alone gives its bf16 state 144, one CTA an SM), 128 for KDA at K = 256, where a
- * lower cap spills. Any cap changes ptxas's choices, so every instance gets one (none spills more
- * than 16 bytes). */
-template <int K, bool KDA> constexpr int kv_max_registers() { return K == 128 ? 72 : K == 256 && KDA ? 128 : 80; }
+ * lower cap spills; with bf16 pairs 96 (128 at K = 256), below which they spill. Any cap changes
+ * ptxas's choices, so every instance gets one (none spills more than 16 bytes). */
+template <int K, bool KDA, int CPL> constexpr int kv_max_registers()
+{
+    if constexpr (CPL == 2)
+        return K == 256 ? 128 : 96;
+    return K == 128 ? 72 : K == 256 && KDA ? 128 : 80;
+}
 
-/* K / 32 warps of 32 keys; grid (V / 32 rounded up, HV, sequences). */
-template <int K, typename StateT, typename InT, bool KDA>
-__global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA>())) recurrent_fwd_kv_kernel(const RecurrentParams p)
+/* K / 32 warps of 32 keys; grid (V / (32 CPL) rounded up, HV, sequences). */
+template <int K, typename StateT, typename InT, bool KDA, int CPL = 1>
+__global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA, CPL>())) recurrent_fwd_kv_kernel(const RecurrentParams p)
 {
     static_assert(K % 32 == 0 && K <= 256, "a warp per 32 keys, at most 8 warps");
-    constexpr int WARPS = K / 32;
-    __shared__ StageOf<K, KV_COLS, KDA> st;
-    __shared__ float red[2][2][WARPS][KV_COLS]; /* token parity, (S^T k, S^T q), warp, column */
+    constexpr int WARPS = K / 32, COLS = KV_COLS * CPL;
+    __shared__ StageOf<K, COLS, KDA> st;
+    __shared__ float red[2][2][WARPS][COLS]; /* token parity, (S^T k, S^T q), warp, column */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int row_base = blockIdx.x * KV_COLS, col = row_base + lane;
-    const int cols = (int)(p.V - row_base < KV_COLS ? p.V - row_base : KV_COLS);
-    const bool col_ok = lane < cols;
+    const int row_base = blockIdx.x * COLS, c0 = CPL * lane, col = row_base + c0;
+    const int cols = (int)(p.V - row_base < COLS ? p.V - row_base : COLS);
+    const bool col_ok = c0 < cols; /* CPL = 2: V is a multiple of 64 (kv_pairs_fit) */
     const int hv = blockIdx.y, h = hv / (int)p.G;
     /* KDA loads the state after the first chunk's staging (header); GDN's loads overlap it */
     constexpr bool LATE = KDA;
@@ -68,84 +107,110 @@ __global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA>())) r
     for (int64_t n = blockIdx.z; n < p.N; n += gridDim.z) {
         const SeqRange sr = sequence_range(p, n);
         const int64_t b = sr.b, bos = sr.bos, len = sr.eos - sr.bos, packed0 = sr.packed0;
-        float s[32];
+        KvCols<StateT, CPL> s;
         StateT *src;
         const bool live = sequence_start(p, n, hv, &src); /* uniform over the CTA */
         if (!live) {
 #pragma unroll
             for (int i = 0; i < 32; i++)
-                s[i] = 0.0f;
+                s.set(i, 0.0f, 0.0f);
             for (int64_t t = 0; t < len; t++) {
-                if (warp == 0 && col_ok)
-                    token_o<InT>(p, b, bos + t, hv)[col * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
+                if (warp == 0 && col_ok) {
+#pragma unroll
+                    for (int c = 0; c < CPL; c++)
+                        token_o<InT>(p, b, bos + t, hv)[(col + c) * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
+                }
                 if (p.step_states)
-                    kv_store_col((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
-                                 p.st_step, warp, col, col_ok, s);
+                    kv_store_cols((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
+                                  p.st_step, warp, col, col_ok, s);
             }
             if (p.final_state)
-                kv_store_col((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col,
-                             col_ok, s);
+                kv_store_cols((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col,
+                              col_ok, s);
             continue;
         }
 
         if (!LATE || len == 0)
-            kv_load_col(src, p.st_in, warp, col, col_ok, s);
+            kv_load_cols(src, p.st_in, warp, col, col_ok, s);
 
         for (int64_t t0 = 0; t0 < len; t0 += TOKEN_CHUNK) {
             const int tc = (int)(len - t0 < TOKEN_CHUNK ? len - t0 : TOKEN_CHUNK);
             __syncthreads(); /* the previous chunk (or sequence) is no longer read */
             stage_tokens<K, InT, 1, 0, false>(p, st, b, bos + t0, tc, h, hv, row_base, cols);
             if (LATE && t0 == 0)
-                kv_load_col(src, p.st_in, warp, col, col_ok, s);
+                kv_load_cols(src, p.st_in, warp, col, col_ok, s);
             __syncthreads();
             for (int j = 0; j < tc; j++) {
                 const int64_t t = t0 + j;
                 const int par = (int)(t & 1);
-                /* S' = diag(e) S; this warp's share of S'^T k and S'^T q */
+                /* S' = diag(e) S; this warp's share of S'^T k and S'^T q. CPL = 1 keeps S' in s; the
+                 * pairs recompute it below (the same products), so that s is rounded once a token. */
                 const float e = st.e[j];
-                float dk = 0.0f, dq = 0.0f;
+                float dk[CPL], dq[CPL];
+#pragma unroll
+                for (int c = 0; c < CPL; c++)
+                    dk[c] = dq[c] = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 32; i++) {
                     const int key = 32 * warp + i;
-                    if constexpr (KDA)
-                        s[i] *= st.ek[j][key];
-                    else
-                        s[i] *= e;
-                    dk = fmaf(s[i], st.k[j][key], dk);
-                    dq = fmaf(s[i], st.q[j][key], dq);
+                    const float d = kv_decay<KDA>(st, j, key, e);
+#pragma unroll
+                    for (int c = 0; c < CPL; c++) {
+                        const float sp = s.get(i, c) * d;
+                        if constexpr (CPL == 1)
+                            s.set(i, sp, 0.0f);
+                        dk[c] = fmaf(sp, st.k[j][key], dk[c]);
+                        dq[c] = fmaf(sp, st.q[j][key], dq[c]);
+                    }
                 }
-                red[par][0][warp][lane] = dk;
-                red[par][1][warp][lane] = dq;
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    red[par][0][warp][c0 + c] = dk[c];
+                    red[par][1][warp][c0 + c] = dq[c];
+                }
                 __syncthreads(); /* red[par] whole; the reads of red[par] two tokens back are done */
-                float kvs = 0.0f, qs = 0.0f;
+                float u[CPL];
 #pragma unroll
-                for (int w = 0; w < WARPS; w++) { /* one order in every warp: one u per column */
-                    kvs += red[par][0][w][lane];
-                    qs += red[par][1][w][lane];
+                for (int c = 0; c < CPL; c++) {
+                    float kvs = 0.0f, qs = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < WARPS; w++) { /* one order in every warp: one u per column */
+                        kvs += red[par][0][w][c0 + c];
+                        qs += red[par][1][w][c0 + c];
+                    }
+                    /* u = beta (v - S'^T k); o = S_new^T q = S'^T q + u (k . q); S_new = S' + k u^T */
+                    u[c] = st.beta[j] * (st.v[j][c0 + c] - kvs);
+                    if (warp == 0 && col_ok)
+                        token_o<InT>(p, b, bos + t, hv)[(col + c) * p.o_s[3]] =
+                            gdn_from_f32<InT>(fmaf(u[c], st.kq[j], qs));
                 }
-                /* u = beta (v - S'^T k); o = S_new^T q = S'^T q + u (k . q); S_new = S' + k u^T */
-                const float u = st.beta[j] * (st.v[j][lane] - kvs);
-                if (warp == 0 && col_ok)
-                    token_o<InT>(p, b, bos + t, hv)[col * p.o_s[3]] =
-                        gdn_from_f32<InT>(fmaf(u, st.kq[j], qs));
 #pragma unroll
-                for (int i = 0; i < 32; i++)
-                    s[i] = fmaf(st.k[j][32 * warp + i], u, s[i]);
+                for (int i = 0; i < 32; i++) {
+                    const int key = 32 * warp + i;
+                    if constexpr (CPL == 1) {
+                        s.set(i, fmaf(st.k[j][key], u[0], s.get(i, 0)), 0.0f);
+                    } else { /* the decay read again after the barrier: not the f32 S' of the first loop */
+                        const float d = kv_decay<KDA>(st, j, key, st.e[j]);
+                        s.set(i, fmaf(st.k[j][key], u[0], s.get(i, 0) * d),
+                              fmaf(st.k[j][key], u[CPL - 1], s.get(i, 1) * d));
+                    }
+                }
                 if (p.step_states)
-                    kv_store_col((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
-                                 p.st_step, warp, col, col_ok, s);
+                    kv_store_cols((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
+                                  p.st_step, warp, col, col_ok, s);
                 if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
                     const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
                     if (slot_valid(p, slot))
-                        kv_store_col((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, warp, col,
-                                     col_ok, s);
+                        kv_store_cols((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, warp,
+                                      col, col_ok, s);
                 }
             }
         }
         if (p.final_state)
-            kv_store_col((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col, col_ok, s);
+            kv_store_cols((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col, col_ok,
+                          s);
         if (p.inplace_state && !p.idx_2d && src)
-            kv_store_col(src, p.st_in, warp, col, col_ok, s);
+            kv_store_cols(src, p.st_in, warp, col, col_ok, s);
     }
 }
 
