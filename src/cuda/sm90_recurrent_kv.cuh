@@ -78,8 +78,9 @@ __device__ __forceinline__ float kv_decay(const Stage &st, int j, int key, float
 
 /* The register cap of an instance: 72 at K = 128 (seven CTAs an SM), 80 at K = 64 and for GDN at
  * K = 256 (ptxas alone gives its bf16 state 144, one CTA an SM), 128 for KDA at K = 256, where a
- * lower cap spills; with bf16 pairs 96 (128 at K = 256), below which they spill. Any cap changes
- * ptxas's choices, so every instance gets one (none spills more than 16 bytes). */
+ * lower cap spills; with bf16 pairs 96 (128 at K = 256), below which they spill more. Any cap
+ * changes ptxas's choices, so every instance gets one (none spills more than 16 bytes with one
+ * column a lane, 32 with pairs). */
 template <int K, bool KDA, int CPL> constexpr int kv_max_registers()
 {
     if constexpr (CPL == 2)
