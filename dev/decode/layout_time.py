@@ -9,7 +9,7 @@ the floor of a one-token step.
 
 KV or VK: that layout only; libgdn: no FLA (an A/B of builds, one process each); T=n: n tokens a
 sequence (a verify step; 1 by default); bf16: bf16 states (initial and final; the copy too), where a
-peer that refuses them shows nan.
+peer that refuses them shows nan (FLA returns an f32 final state there).
 """
 import sys
 
@@ -31,8 +31,11 @@ def call(f, B, kda, v_first, T, sdt):
     h0 = (torch.randn(B, HV, K, V, device=dev) * 0.1).to(sdt)
     if v_first:
         h0 = h0.transpose(-1, -2).contiguous()
+    # libgdn returns its final state in final_state_dtype (f32 by default, as FLA): bf16 asks for bf16, else the
+    # call would time a conversion of the initial state and the f32 kernel
+    kw = {"final_state_dtype": sdt} if f.__module__.startswith("libgdn") else {}
     return lambda: f(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
-                     use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+                     use_qk_l2norm_in_kernel=True, state_v_first=v_first, **kw)
 
 
 def timed(fn):
