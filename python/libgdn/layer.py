@@ -2,8 +2,9 @@
 functions are meant to be used in model code. Projections, the causal short convolution and the
 gated RMS norm are plain torch; prefill runs chunk_gated_delta_rule, single-token decode
 fused_recurrent_gated_delta_rule, with gating, beta and q/k normalisation computed in-kernel.
-Its parameters and math follow FLA's fla.layers.GatedDeltaNet (equal-length batches). It trains on
-the CPU (the chunked function's backward); on CUDA the backward is not written yet.
+Its parameters and math follow FLA's fla.layers.GatedDeltaNet (equal-length batches). It trains
+through the chunked function's backward: on the CPU, and on CUDA with bf16 or f16 weights (the
+CUDA backward's inputs) and head dims 64 or 128.
 """
 
 import math

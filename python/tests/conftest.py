@@ -107,12 +107,12 @@ def import_fla_gdn():
 
 @pytest.fixture
 def c_calls(monkeypatch):
-    """A Counter of the calls into the C library's forward entry points (gdn_chunk_fwd,
-    gdn_recurrent_fwd, gdn_gating) made during the test, by entry point name."""
+    """A Counter of the calls into the C library's entry points (gdn_chunk_fwd, gdn_recurrent_fwd,
+    gdn_gating, gdn_chunk_bwd) made during the test, by entry point name."""
     import collections
     counts = collections.Counter()
     lib = _capi.lib()
-    for name in ("gdn_chunk_fwd", "gdn_recurrent_fwd", "gdn_gating"):
+    for name in ("gdn_chunk_fwd", "gdn_recurrent_fwd", "gdn_gating", "gdn_chunk_bwd"):
         real = getattr(lib, name)
 
         def counted(*args, _real=real, _name=name):

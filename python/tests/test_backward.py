@@ -50,6 +50,21 @@ def test_gradcheck_plain(gen):
     gradcheck(fn, map(leaf, (q, k, v, g, beta)), gen)
 
 
+def test_gradcheck_chunk_boundary(gen):
+    """70 tokens: a full chunk of 64 and a partial one, so the state carried from one chunk into the
+    next is in every gradient; l2 norm and an initial state (q stays a constant, checked above)."""
+    B, T, H, HV = 1, 70, 1, 1
+    q, k, v = rnd(gen, B, T, H, K), rnd(gen, B, T, H, K), rnd(gen, B, T, HV, V)
+    g = F.logsigmoid(rnd(gen, B, T, HV) + 2.0)
+    beta = torch.rand(B, T, HV, generator=gen, dtype=torch.float64)
+    h0 = rnd(gen, B, HV, K, V, scale=0.5)
+
+    def fn(k, v, g, beta):
+        return libgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                             use_qk_l2norm_in_kernel=True)
+    gradcheck(fn, map(leaf, (k, v, g, beta)), gen)
+
+
 def test_second_order_raises(gen):
     """The backward has no derivative: a gradient of a gradient is an error, not a silent zero."""
     B, T, H, HV = 1, 5, 1, 1

@@ -20,24 +20,12 @@ import torch
 
 import libgdn
 from conftest import DEVICES, import_fla_gdn
+from transformers_models import MODELS, bind_kernels, make_config
 
 if "cuda" not in DEVICES:
     pytest.skip("needs a GPU and the CUDA backend", allow_module_level=True)
 pytest.importorskip("transformers")
 
-# The module globals transformers binds its kernels to (the FLA names, then the torch fallbacks);
-# whichever the installed version has are set, before the model is built.
-CHUNK_NAMES = ("chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
-RECURRENT_NAMES = ("fused_recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule")
-
-MODELS = {
-    "qwen3_next": ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
-                   # Every expert routed to (weights still from the router): no top-k choice that
-                   # bf16 rounding could flip, which would swamp the kernels' share of the error.
-                   dict(num_experts=4, num_experts_per_tok=4, moe_intermediate_size=128,
-                        shared_expert_intermediate_size=128, decoder_sparse_step=1, norm_topk_prob=True)),
-    "qwen3_5": ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", {}),
-}
 CONFIG = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
               num_key_value_heads=2, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
               linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
@@ -61,22 +49,9 @@ def report():
             f.write(text + "\n")
 
 
-def make_config(cls, **kw):
-    """The config with the keys this transformers version knows (its configs are strict)."""
-    defaults = cls()
-    return cls(**{key: value for key, value in kw.items() if hasattr(defaults, key)})
-
-
 def build(monkeypatch, modeling, lm_cls, config, state, chunk, recurrent, dtype):
     """The model with its kernel globals set to (chunk, recurrent) and the given weights."""
-    bound = []
-    for names, fn in ((CHUNK_NAMES, chunk), (RECURRENT_NAMES, recurrent)):
-        for name in names:
-            if hasattr(modeling, name):
-                monkeypatch.setattr(modeling, name, fn)
-                bound.append(name)
-    assert any(n in bound for n in CHUNK_NAMES) and any(n in bound for n in RECURRENT_NAMES), \
-        f"{modeling.__name__} has none of the kernel globals {CHUNK_NAMES + RECURRENT_NAMES}"
+    bind_kernels(monkeypatch, modeling, chunk, recurrent)
     with torch.device("cuda"):
         model = lm_cls(config)
     model.load_state_dict(state)
