@@ -8,6 +8,7 @@ Needs transformers (the GPU machine has it; CI does not, where tests/test_backwa
 against the float64 reference core runs instead)."""
 
 import importlib
+import inspect
 
 import pytest
 import torch
@@ -25,9 +26,10 @@ CONFIG = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_
               layer_types=["linear_attention", "linear_attention", "full_attention"])
 BATCH, T, STEPS = 2, 100, 8
 LINEAR_LAYERS = CONFIG["layer_types"].count("linear_attention")
-# Modeling globals that, when FLA or causal-conv1d are importable, would put parts of the layer on
-# CUDA kernels; set to None, both models run the same torch code around the kernels under test.
-FAST_PATH_GLOBALS = ("FusedRMSNormGated", "causal_conv1d_fn", "causal_conv1d_update")
+# transformers versions that import FLA's gated RMS norm when FLA is importable build it on CUDA; set
+# to None, both models use transformers' torch norm. (Other fast paths are functions that keep a torch
+# fallback, or are None already, where the layer falls back to torch itself.)
+FAST_PATH_GLOBALS = ("FusedRMSNormGated",)
 
 
 def train(modeling, lm_cls, config, state, tokens, monkeypatch, chunk, recurrent):
@@ -66,8 +68,11 @@ def test_training_matches_transformers(name, monkeypatch, c_calls):
     state = {k: v.clone() for k, v in lm_cls(config).float().state_dict().items()}
     tokens = torch.randint(0, CONFIG["vocab_size"], (BATCH, T), generator=torch.Generator().manual_seed(1))
 
+    # transformers versions that route the torch kernels to FLA's when FLA is importable wrap them;
+    # unwrapped, they are the torch reference.
     ref = train(modeling, lm_cls, config, state, tokens, monkeypatch,
-                modeling.torch_chunk_gated_delta_rule, modeling.torch_recurrent_gated_delta_rule)
+                inspect.unwrap(modeling.torch_chunk_gated_delta_rule),
+                inspect.unwrap(modeling.torch_recurrent_gated_delta_rule))
     assert not c_calls, f"the torch run called libgdn: {dict(c_calls)}"
     ours = train(modeling, lm_cls, config, state, tokens, monkeypatch,
                  libgdn.chunk_gated_delta_rule, libgdn.fused_recurrent_gated_delta_rule)
