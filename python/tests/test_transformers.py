@@ -11,7 +11,6 @@ torch kernels on the bf16 model. The calls into the C library are counted: the p
 gdn_chunk_fwd once per linear-attention layer and never the recurrent kernel.
 The numbers go to $GDN_REPORT_DIR/transformers.txt when set. Needs CUDA and transformers."""
 
-import importlib
 import os
 import time
 
@@ -20,7 +19,7 @@ import torch
 
 import libgdn
 from conftest import DEVICES, import_fla_gdn
-from transformers_models import MODELS, bind_kernels, make_config
+from transformers_models import MODELS, bind_kernels, load_model
 
 if "cuda" not in DEVICES:
     pytest.skip("needs a GPU and the CUDA backend", allow_module_level=True)
@@ -86,16 +85,8 @@ def errors(logits, oracle):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_on_libgdn(name, monkeypatch, c_calls):
-    path, config_name, lm_name, extra = MODELS[name]
     fla = import_fla_gdn()  # before transformers imports it, so that GDN_FLA_FIRST_CONFIG applies
-    try:
-        modeling = importlib.import_module(path)
-    except ImportError as e:
-        pytest.skip(f"this transformers has no {path}: {e}")
-    if not hasattr(modeling, lm_name) or not hasattr(modeling, config_name):
-        pytest.skip(f"{path} has no {lm_name} / {config_name}")
-    lm_cls = getattr(modeling, lm_name)
-    config = make_config(getattr(modeling, config_name), **CONFIG, **extra)
+    modeling, lm_cls, config = load_model(name, **CONFIG)
     torch_chunk = getattr(modeling, "torch_chunk_gated_delta_rule")
     torch_recurrent = getattr(modeling, "torch_recurrent_gated_delta_rule")
 

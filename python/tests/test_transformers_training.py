@@ -7,14 +7,13 @@ model must train, and every linear-attention layer's backward must run in libgdn
 Needs transformers (the GPU machine has it; CI does not, where tests/test_backward.py's training loop
 against the float64 reference core runs instead)."""
 
-import importlib
 import inspect
 
 import pytest
 import torch
 
 import libgdn
-from transformers_models import MODELS, bind_kernels, make_config
+from transformers_models import MODELS, bind_kernels, load_model
 
 pytest.importorskip("transformers")
 
@@ -51,18 +50,10 @@ def train(modeling, lm_cls, config, state, tokens, monkeypatch, chunk, recurrent
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_training_matches_transformers(name, monkeypatch, c_calls):
-    path, config_name, lm_name, extra = MODELS[name]
-    try:
-        modeling = importlib.import_module(path)
-    except ImportError as e:
-        pytest.skip(f"this transformers has no {path}: {e}")
-    if not hasattr(modeling, lm_name) or not hasattr(modeling, config_name):
-        pytest.skip(f"{path} has no {lm_name} / {config_name}")
+    modeling, lm_cls, config = load_model(name, **CONFIG)
     for glob in FAST_PATH_GLOBALS:
         if hasattr(modeling, glob):
             monkeypatch.setattr(modeling, glob, None)
-    lm_cls = getattr(modeling, lm_name)
-    config = make_config(getattr(modeling, config_name), **CONFIG, **extra)
 
     torch.manual_seed(0)
     state = {k: v.clone() for k, v in lm_cls(config).float().state_dict().items()}

@@ -1,6 +1,10 @@
 """What the transformers tests share: the models (Qwen3-Next, Qwen3.5), the module globals that
 transformers binds its linear-attention kernels to, and binding libgdn's (or any) functions there."""
 
+import importlib
+
+import pytest
+
 # The module globals transformers binds its kernels to (the FLA names, then the torch fallbacks);
 # whichever the installed version has are set, before the model is built (its layers read them in
 # __init__).
@@ -21,6 +25,19 @@ def make_config(cls, **kw):
     """The config with the keys this transformers version knows (its configs are strict)."""
     defaults = cls()
     return cls(**{key: value for key, value in kw.items() if hasattr(defaults, key)})
+
+
+def load_model(name, **config):
+    """(modeling module, causal-LM class, its config from `config` and the model's own keys) of MODELS[name];
+    skips the test where the installed transformers lacks the model."""
+    path, config_name, lm_name, extra = MODELS[name]
+    try:
+        modeling = importlib.import_module(path)
+    except ImportError as e:
+        pytest.skip(f"this transformers has no {path}: {e}")
+    if not hasattr(modeling, lm_name) or not hasattr(modeling, config_name):
+        pytest.skip(f"{path} has no {lm_name} / {config_name}")
+    return modeling, getattr(modeling, lm_name), make_config(getattr(modeling, config_name), **config, **extra)
 
 
 def bind_kernels(monkeypatch, modeling, chunk, recurrent):
