@@ -546,38 +546,36 @@ __global__ void __launch_bounds__(GRAD_THREADS, K == 64 && V == 64 ? 2 : 1) bwd_
             /* k1, then k2, each scaled and dotted with K on its own; their sum as below. */
             const float x0 = -gam[i0] * bet[i0], x1 = -gam[i1] * bet[i1];
             float d10 = 0.f, d11 = 0.f, d20 = 0.f, d21 = 0.f;
+            /* acc's rows i0, i1 times s0, s1, and their dots with K's rows into d0, d1; with `first`
+             * (k1, when acc is k2), dks += first + acc, in the one pass over the columns. */
+            auto scale_dot = [&](float (&acc)[NKH][4], float s0, float s1, float &d0, float &d1,
+                                 const float (*first)[4]) {
+#pragma unroll
+                for (int nt = 0; nt < NKH; ++nt) {
+                    const int d = ckc + 8 * nt + 2 * t;
+                    const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
+                    acc[nt][0] *= s0;
+                    acc[nt][1] *= s0;
+                    acc[nt][2] *= s1;
+                    acc[nt][3] *= s1;
+                    d0 += ka.x * acc[nt][0] + ka.y * acc[nt][1];
+                    d1 += kc.x * acc[nt][2] + kc.y * acc[nt][3];
+                    if (first) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            dks[nt][e] += first[nt][e] + acc[nt][e];
+                    }
+                }
+            };
             wg_mm<T, 0, 0, C, K, V / 16>(k1, aVN, bDS_k, false);
             wg_wait<0>();
             acc_fence(k1);
-#pragma unroll
-            for (int nt = 0; nt < NKH; ++nt) {
-                const int d = ckc + 8 * nt + 2 * t;
-                const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
-                k1[nt][0] *= gu[i0];
-                k1[nt][1] *= gu[i0];
-                k1[nt][2] *= gu[i1];
-                k1[nt][3] *= gu[i1];
-                d10 += ka.x * k1[nt][0] + ka.y * k1[nt][1];
-                d11 += kc.x * k1[nt][2] + kc.y * k1[nt][3];
-            }
+            scale_dot(k1, gu[i0], gu[i1], d10, d11, nullptr);
             fence();
             wg_mm<T, 0, 1, C, 0, V / 16>(k2, aW, bS_k, false);
             wg_wait<0>();
             acc_fence(k2);
-#pragma unroll
-            for (int nt = 0; nt < NKH; ++nt) {
-                const int d = ckc + 8 * nt + 2 * t;
-                const float2 ka = ld_pair<T>(Ks, i0, d, g), kc = ld_pair<T>(Ks, i1, d, g);
-                k2[nt][0] *= x0;
-                k2[nt][1] *= x0;
-                k2[nt][2] *= x1;
-                k2[nt][3] *= x1;
-                d20 += ka.x * k2[nt][0] + ka.y * k2[nt][1];
-                d21 += kc.x * k2[nt][2] + kc.y * k2[nt][3];
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dks[nt][e] += k1[nt][e] + k2[nt][e];
-            }
+            scale_dot(k2, x0, x1, d20, d21, k1);
             rg0 += rk[i0] * (d20 - d10);
             rg1 += rk[i1] * (d21 - d11);
             gc0 += rk[i0] * d10;
