@@ -4,7 +4,7 @@ functions through the modeling module's globals, trained for a few Adam steps on
 loss, against the same model (same weights, same data) on transformers' own torch kernels
 (torch_chunk_gated_delta_rule, whose backward is autograd's). The losses must agree step by step, the
 model must train, and every linear-attention layer's backward must run in libgdn (gdn_chunk_bwd).
-Needs transformers (the GPU machine has it; CI does not, where tests/test_backward.py's training loop
+Needs transformers (the GPU machine has it; CI does not, where test_backward.py's training loop
 against the float64 reference core runs instead)."""
 
 import inspect
