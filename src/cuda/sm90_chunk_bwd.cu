@@ -93,9 +93,10 @@ static gdn_status launch_all(const BwdParams &prm, cudaStream_t stream)
     if ((st = launch(bwd_rev_kernel<T, K, false>, dim3((unsigned)prm.nseg * pairs * (V / 64)), REV_THREADS,
                      RevSmem<K>::BYTES, stream, prm, "bwd_rev")) != GDN_OK)
         return st;
-    if constexpr (K == 64 && V == 64) {
+    if constexpr (grad_two_ctas<K, V>()) {
         /* Two CTAs per SM (launch bounds) only with the whole shared memory as carveout. */
-        const cudaError_t err = cudaFuncSetAttribute(bwd_grad_kernel<T, K, V>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        const cudaError_t err = cudaFuncSetAttribute(bwd_grad_kernel<T, K, V>,
+                                                     cudaFuncAttributePreferredSharedMemoryCarveout,
                                                      (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess)
             return gdn_cuda_check(err, "bwd_grad (carveout)");

@@ -168,6 +168,10 @@ template <typename T, int K, int V> struct GradSmem {
 
 constexpr int GRAD_THREADS = 256;
 
+/* The instance that runs two CTAs per SM: only at K = V = 64 do two CTAs' shared memory fit an SM
+ * (GradSmem), and its threads then get 128 registers, so its products run leaner (LEAN in the kernel). */
+template <int K, int V> constexpr bool grad_two_ctas() { return K == 64 && V == 64; }
+
 /* bwd_grad's copies of one value head without TMA (partial chunks, strided views), by cp.async from
  * every thread in bwd_grad's four groups, each committed. Out of line where bwd_grad runs at two
  * CTAs per SM: inlined, its address arithmetic would spill the registers of the products. The
@@ -207,7 +211,8 @@ __device__ __noinline__ void grad_load_cp(unsigned char *sm, const BwdParams &p,
  * their columns. One CTA per (chunk slot, key head) walks the G value heads of the group: q and k
  * are loaded once, and dq, dk are summed in registers instead of through a workspace pass. */
 template <typename T, int K, int V>
-__global__ void __launch_bounds__(GRAD_THREADS, K == 64 && V == 64 ? 2 : 1) bwd_grad_kernel(const __grid_constant__ BwdParams p)
+__global__ void __launch_bounds__(GRAD_THREADS, grad_two_ctas<K, V>() ? 2 : 1)
+    bwd_grad_kernel(const __grid_constant__ BwdParams p)
 {
     using namespace gdn_sm90;
     using SM = GradSmem<T, K, V>;
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(GRAD_THREADS, K == 64 && V == 64 ? 2 : 1) bwd_
     constexpr int NVH = V / 16, NKH = K / 16, NJH = C / 16; /* n8 tiles of a warpgroup's column half */
     /* Two CTAs per SM (128 registers a thread): products whose accumulators would all be live at
      * once run in turn instead, each sum in the same order. */
-    constexpr bool LEAN = K == 64 && V == 64;
+    constexpr bool LEAN = grad_two_ctas<K, V>();
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
