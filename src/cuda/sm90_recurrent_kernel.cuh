@@ -290,9 +290,9 @@ __device__ __forceinline__ bool sequence_start(const RecurrentParams &p, int64_t
         const int64_t slot = p.state_indices[n * p.idx_s_n + col * p.idx_s_t];
         if (!slot_valid(p, slot))
             return false;
-        *src = (StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1;
+        *src = state_at<StateT>(p.state_in, p.st_in, slot, hv);
     } else if (p.state_in) {
-        *src = (StateT *)p.state_in + n * p.st_in.s0 + hv * p.st_in.s1;
+        *src = state_at<StateT>(p.state_in, p.st_in, n, hv);
     }
     return true;
 }
@@ -484,13 +484,12 @@ __device__ __forceinline__ void token_step(const RecurrentParams &p, const Stage
 
     /* per-step states: the step_states row of this token, and the 2-D pool slot */
     if (p.step_states)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 +
-                                                      hv * p.st_step.s1,
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(state_at<StateT>(p.step_states, p.st_step, packed0 + t, hv),
                                                   p.st_step, rows, row_ok, gl, s, ce);
     if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
         const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
         if (slot_valid(p, slot))
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1,
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>(state_at<StateT>(p.state_in, p.st_in, slot, hv),
                                                       p.st_in, rows, row_ok, gl, s, ce);
     }
 }
@@ -501,7 +500,7 @@ __device__ __forceinline__ void store_final(const RecurrentParams &p, StateT *sr
                                             const bool *row_ok, int gl, const float (*s)[EPL], float c)
 {
     if (p.final_state)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(state_at<StateT>(p.final_state, p.st_fin, n, hv),
                                                   p.st_fin, rows, row_ok, gl, s, c);
     if (p.inplace_state && !p.idx_2d && src)
         store_rows<StateT, RPL, EPL, VE, NV, VEC>(src, p.st_in, rows, row_ok, gl, s, c);

@@ -4,11 +4,12 @@
  * columns of one (sequence, value head), warp w the keys 32 w .. 32 w + 31 of them, lane l column
  * 32 blockIdx.x + l. A warp's state access at one key is 32 contiguous elements (128 bytes in f32),
  * a lane holds 32 state values, and the dots S^T k and S^T q of each token are summed over the
- * warps through shared memory. Everything else is the generic kernel's: the staged tokens
- * (stage_tokens), the start slot (sequence_start), per-step states and pool slots, skipped
- * sequences. One-token steps are bound by the state bytes in flight, so the register count sets
- * the speed: at K = 128 the kernel is held to 72 registers (seven CTAs an SM; ptxas alone gives
- * KDA 96, five), and KDA loads the state after staging its first tokens, whose per-key gates
+ * warps through shared memory. bf16 states in one-token calls take 64 columns a CTA, two a lane as
+ * bf16 pairs (KvCols). Everything else is the generic kernel's: the staged tokens (stage_tokens),
+ * the start slot (sequence_start), per-step states and pool slots, skipped sequences. One-token
+ * steps are bound by the state bytes in flight, so the register count sets the speed: at K = 128
+ * the kernel is held to 72 registers (seven CTAs an SM; ptxas alone gives KDA 96, five;
+ * kv_max_registers), and KDA loads the state after staging its first tokens, whose per-key gates
  * would otherwise be live beside it (dev/decode/README.md, "KV states").
  */
 #ifndef GDN_SM90_RECURRENT_KV_CUH
@@ -122,12 +123,11 @@ __global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA, CPL>(
                         token_o<InT>(p, b, bos + t, hv)[(col + c) * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
                 }
                 if (p.step_states)
-                    kv_store_cols((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
+                    kv_store_cols(state_at<StateT>(p.step_states, p.st_step, packed0 + t, hv),
                                   p.st_step, warp, col, col_ok, s);
             }
             if (p.final_state)
-                kv_store_cols((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col,
-                              col_ok, s);
+                kv_store_cols(state_at<StateT>(p.final_state, p.st_fin, n, hv), p.st_fin, warp, col, col_ok, s);
             continue;
         }
 
@@ -197,19 +197,17 @@ __global__ void __launch_bounds__(K) __maxnreg__((kv_max_registers<K, KDA, CPL>(
                     }
                 }
                 if (p.step_states)
-                    kv_store_cols((StateT *)p.step_states + (packed0 + t) * p.st_step.s0 + hv * p.st_step.s1,
+                    kv_store_cols(state_at<StateT>(p.step_states, p.st_step, packed0 + t, hv),
                                   p.st_step, warp, col, col_ok, s);
                 if (p.inplace_state && p.idx_2d && t < p.idx_cols) {
                     const int64_t slot = p.state_indices[n * p.idx_s_n + t * p.idx_s_t];
                     if (slot_valid(p, slot))
-                        kv_store_cols((StateT *)p.state_in + slot * p.st_in.s0 + hv * p.st_in.s1, p.st_in, warp,
-                                      col, col_ok, s);
+                        kv_store_cols(state_at<StateT>(p.state_in, p.st_in, slot, hv), p.st_in, warp, col, col_ok, s);
                 }
             }
         }
         if (p.final_state)
-            kv_store_cols((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1, p.st_fin, warp, col, col_ok,
-                          s);
+            kv_store_cols(state_at<StateT>(p.final_state, p.st_fin, n, hv), p.st_fin, warp, col, col_ok, s);
         if (p.inplace_state && !p.idx_2d && src)
             kv_store_cols(src, p.st_in, warp, col, col_ok, s);
     }

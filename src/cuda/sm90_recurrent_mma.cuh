@@ -654,7 +654,7 @@ __global__ void __launch_bounds__(32 * mma_max_warps<WIDE>(), mma_min_ctas<K, KD
             }
             StripDest<StateT> dst;
             dst.tile = ci < chunks - 1;
-            dst.fin = p.final_state ? (StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1 + row_base * p.st_fin.sv
+            dst.fin = p.final_state ? state_at<StateT>(p.final_state, p.st_fin, n, hv) + row_base * p.st_fin.sv
                                     : nullptr;
             dst.fin_sv = p.st_fin.sv;
             dst.inp = p.inplace_state && !p.idx_2d && src ? src + row_base * p.st_in.sv : nullptr;

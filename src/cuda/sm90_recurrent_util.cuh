@@ -91,6 +91,13 @@ template <typename InT> __device__ __forceinline__ InT *token_o(const RecurrentP
     return (InT *)p.o + b * p.o_s[0] + t * p.o_s[1] + hv * p.o_s[2];
 }
 
+/* The state of row i (sequence, pool slot or step) and value head hv in a state view with strides st. */
+template <typename StateT>
+__device__ __forceinline__ StateT *state_at(const void *base, const StateStrides &st, int64_t i, int64_t hv)
+{
+    return (StateT *)base + i * st.s0 + hv * st.s1;
+}
+
 /* A slot may be read or written: in the pool, not padding, not the null block. */
 __device__ __forceinline__ bool slot_valid(const RecurrentParams &p, int64_t slot)
 {
@@ -270,12 +277,11 @@ __device__ __forceinline__ void zero_outputs(const RecurrentParams &p, const int
             if (gl == r && row_ok[r])
                 o[(int64_t)rows[r] * p.o_s[3]] = gdn_from_f32<InT>(0.0f);
         if (p.step_states)
-            store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.step_states + (packed0 + t - bos) * p.st_step.s0 +
-                                                     hv * p.st_step.s1,
+            store_rows<StateT, RPL, EPL, VE, NV, VEC>(state_at<StateT>(p.step_states, p.st_step, packed0 + t - bos, hv),
                                                  p.st_step, rows, row_ok, gl, z, 1.0f);
     }
     if (p.final_state)
-        store_rows<StateT, RPL, EPL, VE, NV, VEC>((StateT *)p.final_state + n * p.st_fin.s0 + hv * p.st_fin.s1,
+        store_rows<StateT, RPL, EPL, VE, NV, VEC>(state_at<StateT>(p.final_state, p.st_fin, n, hv),
                                                   p.st_fin, rows, row_ok, gl, z, 1.0f);
 }
 
