@@ -1,7 +1,7 @@
 """fla_prefill.py - libgdn's CUDA chunk forward beside FLA's chunk_gated_delta_rule, same inputs,
 same process, same timing (CUDA events, median of 20 after warm-up; eagerly and under CUDA graph
-replay), at the six prefill shapes of issue 4 and three more of issue 18; then accuracy of both
-against a float64 recurrence at T >= 8192.
+replay), at the six prefill shapes of issue 4, three more of issue 18 and a small mixed varlen batch;
+then accuracy of both against a float64 recurrence at T >= 8192.
 
     PYTHONPATH=.peers/fla:python GDN_LIBRARY=build/libgdn.so python3 bench/fla_prefill.py \
         [--ours bench_prefill.txt] [--out table.txt] [--skip-accuracy] [--only SHAPE_SUBSTR]
@@ -36,6 +36,8 @@ SHAPES = [
     ("B2_T4096_H16_HV64", 2, 4096, 16, 64, 0, 0),
     ("B8_T8192_H16_HV64", 8, 8192, 16, 64, 0, 0),
     ("B1_T32768_H2_HV8", 1, 32768, 2, 8, 0, 0),
+    # a small mixed batch: a few waves of main-pass CTAs whose chains differ up to 64-fold
+    ("varlen16rand_H16_HV32", 1, 0, 16, 32, 16, 0),
 ]
 
 

@@ -877,6 +877,28 @@ static tu_case_config kda_case(int64_t T, int64_t H, int64_t HV, int64_t K, uint
     return c;
 }
 
+/* Varlen batches of more than a wave of main-pass CTAs: with GDN gates chunk_prep orders the
+ * sequences longest first for the main pass (order_sequence); every sequence must still be
+ * computed once, empty ones and ties included: DUAL (V = 128) and one-chain CTAs (V = 64); KDA
+ * gates keep the index order. */
+static int test_varlen_order(void)
+{
+    static const int32_t lens[16] = {5, 0, 64, 1, 700, 130, 0, 33, 1200, 65, 2, 0, 257, 9, 400, 63};
+    tu_case_config c = base(0, 4, 16, 128, 230);
+    c.nseq = 16;
+    memcpy(c.seqlens, lens, sizeof lens);
+    int rc = run_case("varlen 16 seqs HV=16 (DUAL)", c, (opts){.check_determinism = 1, .tol = 1e-2});
+    c = base(0, 4, 24, 64, 231);
+    c.nseq = 16;
+    memcpy(c.seqlens, lens, sizeof lens);
+    c.layout = GDN_STATE_VK;
+    rc = combine(rc, run_case("varlen 16 seqs K=V=64 HV=24 (one chain)", c, (opts){.check_determinism = 1, .tol = 1e-2}));
+    c = kda_case(0, 4, 16, 128, 232);
+    c.nseq = 16;
+    memcpy(c.seqlens, lens, sizeof lens);
+    return combine(rc, run_case("kda varlen 16 seqs HV=16", c, (opts){.check_determinism = 1, .tol = 5e-3, .report = 1}));
+}
+
 static int test_kda_basic(void)
 {
     int rc = run_case("kda basic", kda_case(300, 2, 4, 128, 1600), (opts){.check_determinism = 1, .tol = 5e-3, .report = 1});
@@ -1133,6 +1155,7 @@ int main(int argc, char **argv)
         {"varlen", test_varlen},
         {"varlen_long_short", test_varlen_long_short},
         {"varlen_empty_ends", test_varlen_empty_ends},
+        {"varlen_order", test_varlen_order},
         {"mid_heads", test_mid_heads},
         {"many_heads", test_many_heads},
         {"dual", test_dual},

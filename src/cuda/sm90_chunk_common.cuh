@@ -146,6 +146,8 @@ struct ChunkParams {
     /* Training: the backward's record of every (chunk, value head) ([HV][slots] of REC_BYTES),
      * written by chunk_prep beside its own; or NULL. */
     unsigned char *bwd_rec;
+    /* [N]: the main pass's sequences, longest first (order_sequence), or NULL: index order. */
+    int *order;
 };
 
 /* Sequence n: batch row, first token, length, first workspace slot. */
@@ -282,6 +284,28 @@ template <typename P> __device__ __forceinline__ SeqInfo sequence(const P &p, in
         s.slot0 = n * p.cps;
     }
     return s;
+}
+
+/* Varlen batches of more than a wave: the main pass takes its sequences longest first (most chunks;
+ * ties by index), so that the CTAs that start last hold the shortest chains, not a long one that
+ * the other SMs would wait for. chunk_prep's CTA n < N ranks sequence n (all 128 threads, a
+ * barrier per 128 sequences) and writes n at that rank: a permutation of 0 .. N - 1 whatever the
+ * lengths, as the order is total. It only schedules: each (sequence, head) is computed the same. */
+__device__ __forceinline__ void order_sequence(const ChunkParams &p, int64_t n, int tid)
+{
+    const int64_t cn = (sequence(p, n).len + C - 1) / C;
+    int rank = 0;
+    for (int64_t m0 = 0; m0 < p.N; m0 += 128) {
+        const int64_t m = m0 + tid;
+        bool before = false;
+        if (m < p.N) {
+            const int64_t cm = (sequence(p, m).len + C - 1) / C;
+            before = cm > cn || (cm == cn && m < n);
+        }
+        rank += __syncthreads_count(before);
+    }
+    if (tid == 0)
+        p.order[rank] = (int)n;
 }
 
 /* The sequence of chunk slot `slot` and the chunk's index c in it (c < 0 only where cu_seqlens

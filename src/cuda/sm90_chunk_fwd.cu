@@ -102,12 +102,18 @@ static size_t record_bytes(const gdn_problem *p)
     return p->K == 64 ? KdaRec<64>::BYTES : KdaRec<128>::BYTES;
 }
 
-/* Bytes of the chunk workspace (the records, then launch_coop's counters), then of the CP
- * buffers. */
-static size_t chunk_ws_bytes(const gdn_problem *p)
+/* Bytes of the chunk workspace (the records, launch_coop's counters, then with cu_seqlens the main
+ * pass's order of sequences, GDN gates), then of the CP buffers. */
+static size_t order_offset(const gdn_problem *p)
 {
     const int64_t slots = slots_per_head(p);
     return (size_t)slots * (size_t)p->HV * record_bytes(p) + (coop_flag_bytes(slots, p->HV) + 15) / 16 * 16;
+}
+
+static size_t chunk_ws_bytes(const gdn_problem *p)
+{
+    const bool ordered = p->cu_seqlens && p->gate_kind != GDN_GATE_KDA; /* launch_two */
+    return order_offset(p) + (ordered ? ((size_t)p->N * sizeof(int) + 15) / 16 * 16 : 0);
 }
 
 /* q, k, v and o views whose rows the kernels cannot bulk-copy in place (gdn_cuda_rows_aligned16) get
@@ -292,10 +298,16 @@ static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
     return min64(x, cps) * p->N * p->HV;
 }
 
-/* chunk_prep (kda_prep), then the main pass. */
+/* chunk_prep (kda_prep), then the main pass. GDN gates with cu_seqlens and more main-pass CTAs
+ * than SMs: chunk_prep also orders the sequences for the main pass (order_sequence). Not with KDA
+ * gates: there the order measured no gain (dev/prefill/README.md, "Varlen sequences longest
+ * first"). */
 template <typename T, int K, bool SERVE, bool KDA>
-static gdn_status launch_two(const ChunkParams &prm, const gdn_problem *p, cudaStream_t stream)
+static gdn_status launch_two(const ChunkParams &prm_in, const gdn_problem *p, cudaStream_t stream)
 {
+    ChunkParams prm = prm_in;
+    if (!KDA && p->cu_seqlens && p->N > 1 && wg_tiles(p) > sm_count(p))
+        prm.order = reinterpret_cast<int *>(prm.ws + order_offset(p));
     const gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
     if (st != GDN_OK)
         return st;

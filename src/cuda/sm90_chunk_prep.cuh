@@ -674,6 +674,8 @@ __global__ void __launch_bounds__(128, PREP_CTAS) chunk_prep_kernel(const ChunkP
 {
     extern __shared__ __align__(128) unsigned char smem[];
     prep_chunk<K, T, GROUPED>(p, blockIdx.x, threadIdx.x, smem, 0);
+    if (p.order && blockIdx.x < p.N)
+        order_sequence(p, blockIdx.x, threadIdx.x);
 }
 
 } /* namespace gdn_chunk */

@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(WgConfig<PRE>::THREADS, PRE ? 2 : 1) chunk_wg_
     const unsigned ntiles = (unsigned)((PRE ? p.V + K : p.V) / BV), unit = blockIdx.x / ntiles;
     const unsigned pairs = (unsigned)(p.N * p.HV), pair = unit % pairs;
     const int64_t seg = unit / pairs;
-    const int64_t n = pair / (unsigned)p.HV, hv = pair % (unsigned)p.HV, h = hv / p.G;
+    const int64_t n = !PRE && !KDA && p.order ? p.order[pair / (unsigned)p.HV] : pair / (unsigned)p.HV;
+    const int64_t hv = pair % (unsigned)p.HV, h = hv / p.G;
     const int64_t vt0 = (int64_t)(blockIdx.x % ntiles) * BV, v0 = vt0 + 64 * mg; /* the tile's rows; this warpgroup's */
     const bool v_real = !PRE || v0 < p.V; /* PRE: rows v0 >= V are M's, with v = 0 */
     if (PRE && seg == 0 && !v_real)
