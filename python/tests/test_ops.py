@@ -194,14 +194,17 @@ def test_fused_gdn_gating(device, gen, sp, rank):
 
 
 @pytest.mark.parametrize("fn", ["chunk", "recurrent"])
-def test_no_tokens(device, fn):
-    """T = 0 with two empty sequences: nothing to compute, final states equal the initial ones."""
-    q = torch.randn(1, 0, 1, 64, device=device, dtype=torch.bfloat16)
-    v = torch.randn(1, 0, 1, 64, device=device, dtype=torch.bfloat16)
-    g = torch.zeros(1, 0, 1, device=device)
-    h0 = torch.randn(2, 1, 64, 64, device=device)
+@pytest.mark.parametrize("n, heads, d", [(2, 1, 64), (16, 16, 128)])
+def test_no_tokens(device, fn, n, heads, d):
+    """T = 0 with empty sequences: nothing to compute, final states equal the initial ones. 16
+    sequences of 16 heads give the CUDA chunk path more main-pass CTAs than SMs, where varlen batches
+    with tokens have chunk_prep order the sequences (none runs here)."""
+    q = torch.randn(1, 0, heads, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn(1, 0, heads, d, device=device, dtype=torch.bfloat16)
+    g = torch.zeros(1, 0, heads, device=device)
+    h0 = torch.randn(n, heads, d, d, device=device)
     op = libgdn.chunk_gated_delta_rule if fn == "chunk" else libgdn.fused_recurrent_gated_delta_rule
     o, h = op(q, q, v, g=g, beta=g, initial_state=h0, output_final_state=True,
-              cu_seqlens=torch.tensor([0, 0, 0], device=device))
+              cu_seqlens=torch.zeros(n + 1, dtype=torch.int64, device=device))
     assert o.shape == v.shape
     assert torch.equal(h, h0)

@@ -298,15 +298,18 @@ static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
     return min64(x, cps) * p->N * p->HV;
 }
 
-/* chunk_prep (kda_prep), then the main pass. GDN gates with cu_seqlens and more main-pass CTAs
- * than SMs: chunk_prep also orders the sequences for the main pass (order_sequence). Not with KDA
+/* chunk_prep (kda_prep), then the main pass. GDN gates with cu_seqlens, up to ORDER_MAX_SEQS
+ * sequences and more main-pass CTAs than SMs: chunk_prep also orders the sequences for the main
+ * pass (order_sequence). Not with KDA
  * gates: there the order measured no gain (dev/prefill/README.md, "Varlen sequences longest
  * first"). */
 template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_two(const ChunkParams &prm_in, const gdn_problem *p, cudaStream_t stream)
 {
     ChunkParams prm = prm_in;
-    if (!KDA && p->cu_seqlens && p->N > 1 && wg_tiles(p) > sm_count(p))
+    /* T > 0: launch_prep launches nothing without tokens, and the main pass still runs (h0 to ht). */
+    if (!KDA && p->cu_seqlens && p->T > 0 && prm.slots > 0 && p->N > 1 && p->N <= ORDER_MAX_SEQS &&
+        wg_tiles(p) > sm_count(p))
         prm.order = reinterpret_cast<int *>(prm.ws + order_offset(p));
     const gdn_status st = launch_prep<T, K, KDA>(prm, p, stream);
     if (st != GDN_OK)

@@ -65,6 +65,11 @@ constexpr int TUNE_KDA_PREP_OVERLAP = GDN_CHUNK_DEV_KDA_PREP_OVERLAP;
 constexpr int TUNE_KDA_PREP_OVERLAP = 0;
 #endif
 
+/* Most sequences whose main-pass order chunk_prep sets (order_sequence): each of the first N prep
+ * CTAs reads all N lengths, a barrier per 128, so the ranking's cost grows as N^2; with more
+ * sequences than this, chains are short and the order's gain small. */
+constexpr int64_t ORDER_MAX_SEQS = 512;
+
 /* chunk_wg's DUAL CTA (two chains) takes this percentage of a one-chain CTA's time for the same
  * chunks (the launcher's wave rule, dual_fits). */
 #ifdef GDN_CHUNK_DEV_DUAL_COST
