@@ -13,7 +13,6 @@ state, final state f32. TFLOP/s are counted as 4 * T * HV * d^2.
 
 import argparse
 import sys
-
 import time
 
 import torch

@@ -300,9 +300,8 @@ static int64_t kda_coop_first(const gdn_problem *p, int64_t cps, int64_t spare)
 
 /* chunk_prep (kda_prep), then the main pass. GDN gates with cu_seqlens, up to ORDER_MAX_SEQS
  * sequences and more main-pass CTAs than SMs: chunk_prep also orders the sequences for the main
- * pass (order_sequence). Not with KDA
- * gates: there the order measured no gain (dev/prefill/README.md, "Varlen sequences longest
- * first"). */
+ * pass (order_sequence). Not with KDA gates: there the order measured no gain
+ * (dev/prefill/README.md, "Varlen sequences longest first"). */
 template <typename T, int K, bool SERVE, bool KDA>
 static gdn_status launch_two(const ChunkParams &prm_in, const gdn_problem *p, cudaStream_t stream)
 {
